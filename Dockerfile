@@ -1,0 +1,36 @@
+# Production image: Triton 2.51.0 (NGC 24.10) serving model_repository/ on GPU.
+#   docker build -t kyc-triton .
+#   docker run --gpus all --shm-size=1g -p 8000-8002:8000-8002 kyc-triton
+# The Python backend moves tensors through /dev/shm: Docker's default 64 MB is
+# too small for batched images, hence --shm-size (1 GB is ample for the defaults).
+ARG TRITON_IMAGE=nvcr.io/nvidia/tritonserver:24.10-py3
+
+# ---- build: the default model files, made by the same `make setup` that CI runs ----
+FROM ${TRITON_IMAGE} AS build
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends make python3-venv \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY . .
+RUN make setup \
+    && .venv/bin/kyc repo check model_repository \
+    && .venv/bin/python -m pip wheel --no-deps --no-build-isolation -w /dist .
+
+# ---- final: Triton with the project's package and the repository ----
+FROM ${TRITON_IMAGE}
+COPY constraints.txt /tmp/constraints.txt
+COPY --from=build /dist/ /tmp/dist/
+# numpy<2 is pinned by the package: numpy 2 makes this Python backend answer
+# with empty outputs.
+RUN python3 -m pip install --no-cache-dir -c /tmp/constraints.txt /tmp/dist/*.whl \
+    && rm -rf /tmp/dist /tmp/constraints.txt
+COPY --from=build --chown=1000:1000 /src/model_repository /models
+ENV KYC_TRITON_HOME=/opt/tritonserver
+# Set KYC_ADMIN_KEY to use the model-repository API; without it the API is locked.
+# uid 1000 is the image's unprivileged triton-server user.
+USER 1000:1000
+EXPOSE 8000 8001 8002
+HEALTHCHECK --interval=15s --timeout=5s --start-period=180s --retries=3 \
+    CMD ["kyc", "health", "--url", "127.0.0.1:8000"]
+ENTRYPOINT ["kyc", "serve", "--model-repository", "/models", "--triton-home", "/opt/tritonserver"]

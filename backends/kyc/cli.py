@@ -1,0 +1,245 @@
+"""``kyc``: the project's command line (serve, repository tools, model weights)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+from kyc import __version__
+
+log = logging.getLogger("kyc")
+
+DEFAULT_REPOSITORY = Path("model_repository")
+
+
+def _setup_logging(verbose: bool = False) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+# -- serve --------------------------------------------------------------------------
+def _server_version(http_url: str) -> str:
+    try:
+        with urllib.request.urlopen(f"http://{http_url}/v2", timeout=2) as resp:
+            return str(json.loads(resp.read()).get("version", "?"))
+    except (OSError, ValueError):
+        return "?"
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from kyc.repo.check import check_repository
+    from kyc.runtime.server import ServerOptions, TritonServer, repository_index
+    from kyc.runtime.triton import TritonNotFoundError
+
+    repository = args.model_repository.resolve()
+    if not args.skip_check:
+        problems = check_repository(repository)
+        if problems:
+            for problem in problems:
+                print(problem, file=sys.stderr)
+            print(
+                f"kyc serve: {len(problems)} problem(s) in {repository}: not starting "
+                "(fix them, or pass --skip-check)",
+                file=sys.stderr,
+            )
+            return 1
+    admin_key = os.environ.get(args.admin_key_env) or None
+    options = ServerOptions(
+        model_repository=repository,
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        address=args.address,
+        poll_secs=args.poll_secs,
+        admin_key=admin_key,
+        log_verbose=args.log_verbose,
+    )
+    server = TritonServer(options, triton_home=args.triton_home, log_file=args.log_file)
+
+    stop = threading.Event()
+    received: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        received.append(signum)
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+
+    started = time.monotonic()
+    try:
+        server.start()
+    except (TritonNotFoundError, OSError) as exc:
+        print(f"kyc serve: cannot start tritonserver: {exc}", file=sys.stderr)
+        server.stop(grace=1)
+        return 1
+    from kyc.runtime.server import is_ready
+
+    ready = False
+    while not stop.is_set() and time.monotonic() - started < args.ready_timeout:
+        if server.poll() is not None:
+            break
+        if is_ready(options.http_url, timeout=1.0):
+            ready = True
+            break
+        stop.wait(0.25)
+    if not ready:
+        code = server.poll()
+        server.stop(grace=10)
+        if received:
+            return 0
+        reason = (
+            f"exited with code {code}" if code is not None else f"not ready after "
+            f"{args.ready_timeout:.0f} s"
+        )
+        print(f"kyc serve: tritonserver {reason}", file=sys.stderr)
+        return 1
+
+    try:
+        models = repository_index(options.http_url)
+    except (OSError, ValueError):
+        models = []
+    host = options.address or "0.0.0.0"
+    print(
+        f"kyc serve: Triton {_server_version(options.http_url)} ready in "
+        f"{time.monotonic() - started:.1f} s ({server.install.origin if server.install else '?'})\n"
+        f"  HTTP     http://{host}:{options.http_port}\n"
+        f"  gRPC     {host}:{options.grpc_port}\n"
+        f"  metrics  http://{host}:{options.metrics_port}/metrics\n"
+        f"  models   "
+        + (", ".join(f"{m['name']}:{m.get('version', '?')} {m.get('state', '?')}" for m in models)
+           or "none")
+        + f"\n  repository {repository} (poll mode, every {options.poll_secs} s)\n"
+        f"  model-repository API: "
+        + (f"key from ${args.admin_key_env}" if admin_key else "locked (no key set)")
+        + "\nPress Ctrl-C to stop.",
+        flush=True,
+    )
+    while not stop.is_set():
+        if server.poll() is not None:
+            break
+        stop.wait(0.5)
+    code = server.poll()
+    if code is not None and not received:
+        server.stop(grace=5)
+        print(f"kyc serve: tritonserver stopped on its own (exit code {code})", file=sys.stderr)
+        return code or 1
+    print("kyc serve: stopping", file=sys.stderr, flush=True)
+    server.stop(grace=args.stop_grace)
+    print("kyc serve: stopped", file=sys.stderr, flush=True)
+    return 0
+
+
+# -- repo -------------------------------------------------------------------------
+def cmd_repo_check(args: argparse.Namespace) -> int:
+    from kyc.repo.check import check_repository
+
+    problems = check_repository(args.directory)
+    for problem in problems:
+        print(problem)
+    if problems:
+        print(f"{len(problems)} problem(s) in {args.directory}", file=sys.stderr)
+        return 1
+    count = sum(1 for p in args.directory.iterdir() if p.is_dir())
+    print(f"OK: {count} models in {args.directory}")
+    return 0
+
+
+def cmd_repo_publish(args: argparse.Namespace) -> int:
+    from kyc.repo.publish import PublishError, publish
+
+    try:
+        result = publish(args.repository, args.model, args.src, force=args.force)
+    except PublishError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        print(f"kyc repo publish: {exc}", file=sys.stderr)
+        return 1
+    for problem in result.problems:
+        print(f"warning (forced): {problem}", file=sys.stderr)
+    print(result.version)
+    return 0
+
+
+# -- health -----------------------------------------------------------------------
+def cmd_health(args: argparse.Namespace) -> int:
+    from kyc.runtime.server import is_ready
+
+    return 0 if is_ready(args.url, timeout=args.timeout) else 1
+
+
+# -- parser -------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kyc", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"kyc {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run a real Triton server over a model repository")
+    serve.add_argument("--model-repository", type=Path, default=DEFAULT_REPOSITORY)
+    serve.add_argument("--http-port", type=int, default=8000)
+    serve.add_argument("--grpc-port", type=int, default=8001)
+    serve.add_argument("--metrics-port", type=int, default=8002)
+    serve.add_argument("--address", default="0.0.0.0", help="address to listen on")
+    serve.add_argument("--poll-secs", type=int, default=2, help="repository poll interval")
+    serve.add_argument(
+        "--triton-home",
+        type=Path,
+        default=Path(os.environ["KYC_TRITON_HOME"]) if os.environ.get("KYC_TRITON_HOME") else None,
+        help="a full Triton installation (e.g. /opt/tritonserver); default: the PyPI wheel",
+    )
+    serve.add_argument(
+        "--admin-key-env",
+        default="KYC_ADMIN_KEY",
+        help="environment variable holding the model-repository API key",
+    )
+    serve.add_argument("--log-file", type=Path, default=None, help="server log (default: stderr)")
+    serve.add_argument("--log-verbose", type=int, default=0)
+    serve.add_argument("--ready-timeout", type=float, default=180.0)
+    serve.add_argument("--stop-grace", type=float, default=30.0)
+    serve.add_argument("--skip-check", action="store_true", help="start despite repo problems")
+    serve.set_defaults(func=cmd_serve)
+
+    repo = sub.add_parser("repo", help="model repository tools").add_subparsers(
+        dest="repo_command", required=True
+    )
+    check = repo.add_parser("check", help="validate a model repository")
+    check.add_argument("directory", type=Path, nargs="?", default=DEFAULT_REPOSITORY)
+    check.set_defaults(func=cmd_repo_check)
+    pub = repo.add_parser("publish", help="publish SRC as the next version of MODEL")
+    pub.add_argument("model")
+    pub.add_argument("src", type=Path, help="a version folder's content (or one file)")
+    pub.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY)
+    pub.add_argument("--force", action="store_true", help="publish even if the check fails")
+    pub.set_defaults(func=cmd_repo_publish)
+
+    from kyc_export.cli import add_models_parser
+
+    add_models_parser(sub)
+
+    health = sub.add_parser("health", help="exit 0 when the server is ready")
+    health.add_argument("--url", default="127.0.0.1:8000", help="HTTP host:port")
+    health.add_argument("--timeout", type=float, default=3.0)
+    health.set_defaults(func=cmd_health)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _setup_logging(args.verbose)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

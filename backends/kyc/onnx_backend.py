@@ -1,0 +1,249 @@
+"""The local ``onnxruntime`` backend: serves ``model.onnx`` with onnxruntime on the CPU.
+
+The Triton server in the ``nvidia-pytriton`` wheel has only the Python backend.
+This module is the logic of a *Python-based backend* named ``onnxruntime``
+(glue: ``kyc/local_backends/onnxruntime/model.py``), so a config with
+``platform: "onnxruntime_onnx"`` loads unchanged here and on the real
+onnxruntime backend of the GPU image.
+
+Batching follows gather -> one run -> scatter: the requests of one
+``execute`` are grouped by the shape of their inputs past the batch dimension
+(requests of one model usually share it), each group is concatenated and run
+once, and the outputs are split back per request. A group whose run fails
+answers its own requests with an error; the other groups are still answered.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from kyc.dtypes import numpy_dtype
+
+log = logging.getLogger(__name__)
+
+
+class RequestError(ValueError):
+    """A request's inputs cannot be served; answered as INVALID_ARG."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    dtype: np.dtype
+    dims: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class OnnxModelSettings:
+    """Settings read once from the model config (defaults live here only)."""
+
+    model_file: Path
+    max_batch_size: int
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    intra_op_threads: int
+    inter_op_threads: int
+
+    @classmethod
+    def from_config(
+        cls, config: Mapping, model_dir: Path, version: str, instance_count: int = 1
+    ) -> OnnxModelSettings:
+        params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
+        filename = config.get("default_model_filename") or "model.onnx"
+        # Like the real backend: threads from `parameters`; else share the cores
+        # among the instances so that several stubs do not oversubscribe them.
+        default_threads = max(1, (os.cpu_count() or 1) // max(1, instance_count))
+        return cls(
+            model_file=model_dir / version / filename,
+            max_batch_size=int(config.get("max_batch_size", 0)),
+            inputs=tuple(_spec(t) for t in config.get("input", [])),
+            outputs=tuple(_spec(t) for t in config.get("output", [])),
+            intra_op_threads=int(params.get("intra_op_thread_count") or default_threads),
+            inter_op_threads=int(params.get("inter_op_thread_count") or 1),
+        )
+
+
+def _spec(tensor: Mapping) -> TensorSpec:
+    return TensorSpec(
+        name=tensor["name"],
+        dtype=numpy_dtype(tensor["data_type"]),
+        dims=tuple(int(d) for d in tensor.get("dims", [])),
+    )
+
+
+def make_session(settings: OnnxModelSettings):  # -> onnxruntime.InferenceSession
+    """An onnxruntime CPU session configured for a shared, small machine."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = settings.intra_op_threads
+    opts.inter_op_num_threads = settings.inter_op_threads
+    # Idle worker threads must not spin: several stubs share few cores.
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    return ort.InferenceSession(
+        str(settings.model_file), sess_options=opts, providers=["CPUExecutionProvider"]
+    )
+
+
+Result = dict[str, np.ndarray] | Exception
+
+
+class OnnxBatchRunner:
+    """Gather -> one session run per input-shape group -> scatter."""
+
+    def __init__(self, settings: OnnxModelSettings, session) -> None:
+        self.settings = settings
+        self.session = session
+        self.output_names = [o.name for o in settings.outputs]
+        graph_inputs = {i.name for i in session.get_inputs()}
+        self.input_names = [i.name for i in settings.inputs if i.name in graph_inputs]
+
+    def _prepare(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        feeds = {}
+        batched = self.settings.max_batch_size > 0
+        batch = None
+        for spec in self.settings.inputs:
+            if spec.name not in self.input_names:
+                continue
+            if spec.name not in inputs:
+                raise RequestError(f"missing input '{spec.name}'")
+            array = inputs[spec.name]
+            if spec.dtype == np.object_:
+                array = _decode_strings(spec.name, array)
+            elif array.dtype != spec.dtype:
+                raise RequestError(
+                    f"input '{spec.name}' has type {array.dtype}, expected {spec.dtype}"
+                )
+            if batched:
+                if array.ndim != len(spec.dims) + 1:
+                    raise RequestError(
+                        f"input '{spec.name}' has shape {list(array.shape)}, expected "
+                        f"[batch, {', '.join(map(str, spec.dims))}]"
+                    )
+                if batch is None:
+                    batch = array.shape[0]
+                elif array.shape[0] != batch:
+                    raise RequestError("inputs disagree on the batch size")
+            feeds[spec.name] = array
+        return feeds
+
+    def run(self, requests: Sequence[Mapping[str, np.ndarray]]) -> list[Result]:
+        """One result per request: a dict of outputs, or the exception to report."""
+        results: list[Result | None] = [None] * len(requests)
+        prepared: dict[int, dict[str, np.ndarray]] = {}
+        for i, inputs in enumerate(requests):
+            try:
+                prepared[i] = self._prepare(inputs)
+            except RequestError as exc:
+                results[i] = exc
+        if self.settings.max_batch_size > 0:
+            groups: dict[tuple, list[int]] = {}
+            for i, feeds in prepared.items():
+                key = tuple((n, a.shape[1:]) for n, a in sorted(feeds.items()))
+                groups.setdefault(key, []).append(i)
+            for members in groups.values():
+                self._run_group(members, prepared, results)
+        else:
+            for i in prepared:
+                self._run_group([i], prepared, results, concatenate=False)
+        return [r if r is not None else RuntimeError("no result") for r in results]
+
+    def _run_group(
+        self,
+        members: list[int],
+        prepared: dict[int, dict[str, np.ndarray]],
+        results: list[Result | None],
+        concatenate: bool = True,
+    ) -> None:
+        started = time.perf_counter()
+        try:
+            if concatenate and len(members) > 1:
+                feeds = {
+                    name: np.concatenate([prepared[i][name] for i in members], axis=0)
+                    for name in prepared[members[0]]
+                }
+            else:
+                feeds = prepared[members[0]]
+            outputs = self.session.run(self.output_names, feeds)
+        except Exception as exc:  # a failed run answers only this group
+            log.warning("onnxruntime run failed for %d requests: %s", len(members), exc)
+            for i in members:
+                results[i] = RuntimeError(f"onnxruntime failed: {exc}")
+            return
+        arrays = [
+            np.asarray(out, dtype=spec.dtype)
+            for out, spec in zip(outputs, self.settings.outputs, strict=True)
+        ]
+        if not concatenate or len(members) == 1:
+            results[members[0]] = dict(zip(self.output_names, arrays, strict=True))
+        else:
+            sizes = [_batch_size(prepared[i]) for i in members]
+            total = sum(sizes)
+            if any(a.shape[:1] != (total,) for a in arrays):
+                err = RuntimeError("model outputs do not have one row per batch item")
+                for i in members:
+                    results[i] = err
+                return
+            bounds = np.cumsum(sizes)[:-1]
+            pieces = [np.split(a, bounds, axis=0) for a in arrays]
+            for k, i in enumerate(members):
+                results[i] = {name: pieces[j][k] for j, name in enumerate(self.output_names)}
+        log.debug(
+            "ran %d requests in one batch in %.1f ms",
+            len(members),
+            (time.perf_counter() - started) * 1e3,
+        )
+
+
+def _batch_size(feeds: Mapping[str, np.ndarray]) -> int:
+    return int(next(iter(feeds.values())).shape[0])
+
+
+def _decode_strings(name: str, array: np.ndarray) -> np.ndarray:
+    """BYTES tensors arrive as bytes; ONNX string tensors need str."""
+    try:
+        flat = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in array.ravel()]
+    except UnicodeDecodeError:
+        raise RequestError(f"input '{name}' is not valid UTF-8") from None
+    return np.array(flat, dtype=np.object_).reshape(array.shape)
+
+
+class TritonPythonModel:
+    """Python-based ``onnxruntime`` backend (glue in ``local_backends/onnxruntime``)."""
+
+    def initialize(self, args: dict[str, str]) -> None:
+        from kyc.triton_glue import instance_count, parse_model_config
+
+        config = parse_model_config(args)
+        settings = OnnxModelSettings.from_config(
+            config, Path(args["model_repository"]), args["model_version"], instance_count(config)
+        )
+        self.runner = OnnxBatchRunner(settings, make_session(settings))
+        log.info(
+            "%s: serving %s with onnxruntime on CPU (%d intra-op threads)",
+            args["model_name"],
+            settings.model_file.name,
+            settings.intra_op_threads,
+        )
+
+    def execute(self, requests: list) -> list:
+        from kyc.triton_glue import error_response, input_arrays, tensor_response
+
+        inputs = [input_arrays(r, self.runner.input_names) for r in requests]
+        responses = []
+        for result in self.runner.run(inputs):
+            if isinstance(result, Exception):
+                responses.append(
+                    error_response(str(result), invalid_argument=isinstance(result, RequestError))
+                )
+            else:
+                responses.append(tensor_response(result))
+        return responses

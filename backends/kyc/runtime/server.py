@@ -1,0 +1,289 @@
+"""Start, watch and stop a real ``tritonserver`` over a model repository.
+
+Used by ``kyc serve`` (local CPU runtime and the production image) and by the
+integration tests, so both run the server the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from kyc.runtime.triton import TritonInstall, assemble_backends, system_install
+
+log = logging.getLogger(__name__)
+
+SHM_DIR = Path("/dev/shm")
+# Our Python-backend shared-memory regions are named kyc_<launcher pid>_<token>_<uuid>.
+_SHM_PREFIX_RE = re.compile(r"^kyc_(\d+)_[0-9a-f]{6}_")
+
+
+class ServerError(RuntimeError):
+    """The server failed to start, or stopped on its own."""
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """How to run the server. Defaults are the public contract's ports."""
+
+    model_repository: Path
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    address: str = "0.0.0.0"
+    poll_secs: int = 2
+    admin_key: str | None = None
+    log_verbose: int = 0
+    exit_on_error: bool = True
+    # On SIGTERM Triton finishes in-flight work and waits for open client
+    # connections up to this long before it exits.
+    exit_timeout_secs: int = 10
+    extra_args: tuple[str, ...] = field(default=())
+
+    @property
+    def client_host(self) -> str:
+        return "127.0.0.1" if self.address in ("0.0.0.0", "") else self.address
+
+    @property
+    def http_url(self) -> str:
+        return f"{self.client_host}:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"{self.client_host}:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.client_host}:{self.metrics_port}/metrics"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free right now on ``host``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_shm_regions(prefix: str, shm_dir: Path = SHM_DIR) -> list[str]:
+    """Remove the shared-memory regions whose names start with ``prefix``."""
+    removed = []
+    for entry in shm_dir.glob(f"{prefix}*"):
+        try:
+            entry.unlink()
+            removed.append(entry.name)
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+def remove_stale_shm_regions(shm_dir: Path = SHM_DIR) -> list[str]:
+    """Remove regions left by servers of ours whose launcher process is gone.
+
+    A server killed with SIGKILL leaves its Python-backend regions behind; the
+    launcher's pid is in the name, so a region is stale once that pid is dead.
+    """
+    removed = []
+    if not shm_dir.is_dir():
+        return removed
+    for entry in shm_dir.iterdir():
+        match = _SHM_PREFIX_RE.match(entry.name)
+        if match and not _pid_alive(int(match.group(1))):
+            try:
+                entry.unlink()
+                removed.append(entry.name)
+            except FileNotFoundError:
+                pass
+    return removed
+
+
+def _http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, b""
+    except (urllib.error.URLError, OSError):
+        return 0, b""
+
+
+def is_ready(http_url: str, timeout: float = 2.0) -> bool:
+    """True when ``GET /v2/health/ready`` answers 200."""
+    return _http_get(f"http://{http_url}/v2/health/ready", timeout)[0] == 200
+
+
+def repository_index(http_url: str) -> list[dict]:
+    """The server's repository index: name, version, state and reason per model."""
+    req = urllib.request.Request(f"http://{http_url}/v2/repository/index", method="POST", data=b"")
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        return list(json.loads(resp.read() or b"[]"))
+
+
+class TritonServer:
+    """One ``tritonserver`` process in poll mode, with its own backend directory.
+
+    ``install`` defaults to a backend directory assembled from the PyPI wheel;
+    pass ``triton_home`` to use a full installation (``/opt/tritonserver``).
+    """
+
+    def __init__(
+        self,
+        options: ServerOptions,
+        *,
+        triton_home: Path | None = None,
+        log_file: Path | None = None,
+    ) -> None:
+        self.options = options
+        self.triton_home = triton_home
+        self.log_file = log_file
+        self.shm_prefix = f"kyc_{os.getpid()}_{secrets.token_hex(3)}_"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.install: TritonInstall | None = None
+        self._backend_tmp: Path | None = None
+        self._log_handle: IO[bytes] | None = None
+
+    # -- life cycle -------------------------------------------------------
+    def command(self) -> list[str]:
+        """The tritonserver command line."""
+        assert self.install is not None
+        opts = self.options
+        key = opts.admin_key or secrets.token_urlsafe(24)
+        cmd = [
+            str(self.install.server),
+            f"--model-repository={opts.model_repository}",
+            "--model-control-mode=poll",
+            f"--repository-poll-secs={opts.poll_secs}",
+            f"--backend-directory={self.install.backend_dir}",
+            f"--http-address={opts.address}",
+            f"--http-port={opts.http_port}",
+            f"--grpc-address={opts.address}",
+            f"--grpc-port={opts.grpc_port}",
+            f"--metrics-address={opts.address}",
+            f"--metrics-port={opts.metrics_port}",
+            "--metrics-config=summary_latencies=true",
+            "--strict-readiness=true",
+            f"--exit-on-error={'true' if opts.exit_on_error else 'false'}",
+            f"--exit-timeout-secs={opts.exit_timeout_secs}",
+            f"--log-verbose={opts.log_verbose}",
+            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
+            # The model-repository API is locked by a key; without one given, by a
+            # random key nobody knows (poll mode needs no API to pick up versions).
+            f"--http-restricted-api=model-repository:admin-key={key}",
+            f"--grpc-restricted-protocol=model-repository:admin-key={key}",
+        ]
+        if self.install.cache_dir is not None:
+            cmd.append(f"--cache-directory={self.install.cache_dir}")
+        if self.install.library_dirs:
+            # Local CPU runtime: no CUDA, so no pinned host memory pool.
+            cmd.append("--pinned-memory-pool-byte-size=0")
+        cmd.extend(self.options.extra_args)
+        return cmd
+
+    def start(self) -> None:
+        """Start the server process (returns at once; see :meth:`wait_ready`)."""
+        if self.process is not None:
+            raise ServerError("server already started")
+        stale = remove_stale_shm_regions()
+        if stale:
+            log.info("removed %d stale shared-memory regions of dead servers", len(stale))
+        if self.triton_home is not None:
+            self.install = system_install(self.triton_home)
+        else:
+            self._backend_tmp = Path(tempfile.mkdtemp(prefix="kyc-triton-backends-"))
+            self.install = assemble_backends(self._backend_tmp)
+        stdout: int | IO[bytes] | None = None
+        if self.log_file is not None:
+            self._log_handle = open(self.log_file, "ab")  # noqa: SIM115 (closed in stop)
+            stdout = self._log_handle
+        self.process = subprocess.Popen(
+            self.command(),
+            env=self.install.environment(),
+            stdout=stdout,
+            stderr=subprocess.STDOUT if stdout is not None else None,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # our signal handling decides when it stops
+        )
+        log.info("tritonserver pid %d started (%s)", self.process.pid, self.install.origin)
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        """Block until every model is ready, or raise :class:`ServerError`."""
+        assert self.process is not None, "start() first"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            code = self.process.poll()
+            if code is not None:
+                raise ServerError(f"tritonserver exited with code {code} before it was ready")
+            if is_ready(self.options.http_url, timeout=1.0):
+                return
+            time.sleep(0.25)
+        raise ServerError(f"tritonserver not ready after {timeout:.0f} s")
+
+    def poll(self) -> int | None:
+        """The exit code once the server has stopped, else None."""
+        return None if self.process is None else self.process.poll()
+
+    def stop(self, grace: float = 30.0) -> int | None:
+        """Stop the server (SIGTERM, then SIGKILL after ``grace`` seconds) and clean up.
+
+        Removes the server's shared-memory regions and the assembled backend
+        directory. Returns the server's exit code.
+        """
+        code = None
+        if self.process is not None:
+            if self.process.poll() is None:
+                self.process.send_signal(signal.SIGTERM)
+                try:
+                    self.process.wait(timeout=grace)
+                except subprocess.TimeoutExpired:
+                    log.warning("tritonserver did not stop in %.0f s: killing it", grace)
+            code = self.process.poll()
+            # The stubs are in the server's process group: none may outlive it.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            code = self.process.wait() if code is None else code
+        removed = remove_shm_regions(self.shm_prefix)
+        if removed:
+            log.info("removed %d shared-memory regions left by the server", len(removed))
+        if self._backend_tmp is not None:
+            shutil.rmtree(self._backend_tmp, ignore_errors=True)
+            self._backend_tmp = None
+        if self._log_handle is not None:
+            self._log_handle.close()
+            self._log_handle = None
+        return code
+
+    def __enter__(self) -> TritonServer:
+        self.start()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop(grace=5)
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

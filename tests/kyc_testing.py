@@ -1,0 +1,152 @@
+"""Helpers shared by the tests: tiny real ONNX/Python models and repositories."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import textwrap
+from pathlib import Path
+
+import onnx
+import pytest
+from kyc.runtime.server import ServerError, ServerOptions, TritonServer, free_port
+from onnx import TensorProto, helper
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+SHIPPED_REPOSITORY = PROJECT_ROOT / "model_repository"
+
+
+def tiny_onnx(
+    path: Path,
+    *,
+    input_name: str = "X",
+    output_name: str = "Y",
+    elem_type: int = TensorProto.FLOAT,
+    shape: tuple = ("batch", 2),
+    op: str = "Add",
+) -> Path:
+    """An ONNX model computing Y = X + X (X * X with op="Mul", X with op="Identity")."""
+    x = helper.make_tensor_value_info(input_name, elem_type, list(shape))
+    y = helper.make_tensor_value_info(output_name, elem_type, list(shape))
+    operands = [input_name] if op == "Identity" else [input_name, input_name]
+    graph = helper.make_graph([helper.make_node(op, operands, [output_name])], "tiny", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+    return path
+
+
+DOUBLE_CONFIG = """
+name: "double"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 2 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 2 ] } ]
+dynamic_batching { max_queue_delay_microseconds: 1000 }
+"""
+
+ECHO_CONFIG = """
+name: "echo"
+backend: "python"
+max_batch_size: 8
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 2 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 2 ] } ]
+"""
+
+ECHO_MODEL = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+SCALE = {scale}
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x * SCALE)]))
+        return out
+'''
+
+PIPE_CONFIG = """
+name: "pipe"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "VALUES" data_type: TYPE_FP32 dims: [ 2 ] } ]
+output [ { name: "RESULT" data_type: TYPE_FP32 dims: [ 2 ] } ]
+ensemble_scheduling {
+  step [
+    { model_name: "double" model_version: -1
+      input_map { key: "X" value: "VALUES" } output_map { key: "Y" value: "doubled" } },
+    { model_name: "echo" model_version: -1
+      input_map { key: "IN" value: "doubled" } output_map { key: "OUT" value: "RESULT" } }
+  ]
+}
+"""
+
+
+def write_echo_version(version_dir: Path, scale: float = 1.0) -> Path:
+    version_dir.mkdir(parents=True, exist_ok=True)
+    (version_dir / "model.py").write_text(ECHO_MODEL.format(scale=scale))
+    return version_dir
+
+
+def build_tiny_repository(root: Path) -> Path:
+    """A sound repository: an ONNX model, a Python model and an ensemble of both."""
+    (root / "double" / "1").mkdir(parents=True)
+    (root / "double" / "config.pbtxt").write_text(textwrap.dedent(DOUBLE_CONFIG))
+    tiny_onnx(root / "double" / "1" / "model.onnx")
+    (root / "echo").mkdir()
+    (root / "echo" / "config.pbtxt").write_text(textwrap.dedent(ECHO_CONFIG))
+    write_echo_version(root / "echo" / "1")
+    (root / "pipe" / "1").mkdir(parents=True)
+    (root / "pipe" / "config.pbtxt").write_text(textwrap.dedent(PIPE_CONFIG))
+    return root
+
+
+def link_tree(src: Path, dest: Path) -> Path:
+    """Copy a repository cheaply: files are hard-linked (weights are tens of MB)."""
+
+    def link(s: str, d: str) -> None:
+        try:
+            os.link(s, d)
+        except OSError:
+            shutil.copy2(s, d)
+
+    shutil.copytree(src, dest, copy_function=link,
+                    ignore=shutil.ignore_patterns("__pycache__", ".staging-*", ".publish.lock"))
+    return dest
+
+
+def require_weights() -> None:
+    missing = [
+        str(p.relative_to(SHIPPED_REPOSITORY.parent))
+        for p in sorted(SHIPPED_REPOSITORY.glob("*/config.pbtxt"))
+        if not list(p.parent.glob("[0-9]*/model.*"))
+    ]
+    if missing:
+        pytest.fail(f"model weights missing for {', '.join(missing)}: run `make setup`")
+
+
+def start_server(repository: Path, log_file: Path, **options) -> TritonServer:
+    server = TritonServer(
+        ServerOptions(
+            repository,
+            http_port=free_port(),
+            grpc_port=free_port(),
+            metrics_port=free_port(),
+            address="127.0.0.1",
+            **options,
+        ),
+        log_file=log_file,
+    )
+    server.start()
+    try:
+        server.wait_ready(timeout=180)
+    except ServerError as exc:
+        server.stop(grace=5)
+        tail = log_file.read_text(errors="replace")[-4000:] if log_file.exists() else ""
+        raise ServerError(f"{exc}\n--- server log tail ---\n{tail}") from None
+    return server

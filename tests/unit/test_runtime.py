@@ -1,0 +1,117 @@
+"""The local runtime: backend directory from the wheel, server command line, cleanup."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from kyc.runtime.server import (
+    ServerOptions,
+    TritonServer,
+    remove_shm_regions,
+    remove_stale_shm_regions,
+)
+from kyc.runtime.triton import STUB_NAME, assemble_backends, find_wheel_tree, system_install
+
+
+@pytest.fixture
+def assembled(tmp_path):
+    return assemble_backends(tmp_path / "backends")
+
+
+def test_assembled_backends_hold_the_python_backend_with_the_stub_of_this_python(assembled):
+    python_dir = assembled.backend_dir / "python"
+    assert (python_dir / "libtriton_python.so").is_file()
+    assert (python_dir / "triton_python_backend_utils.py").is_file()
+    want = find_wheel_tree().stub(sys.version_info[:2])
+    assert (python_dir / STUB_NAME).read_bytes() == want.read_bytes()
+
+
+def test_assembled_backends_hold_a_python_based_onnxruntime_backend(assembled):
+    glue = (assembled.backend_dir / "onnxruntime" / "model.py").read_text()
+    assert "from kyc.onnx_backend import TritonPythonModel" in glue
+
+
+def test_server_environment_puts_this_interpreters_bin_first_on_path(assembled):
+    env = assembled.environment({"PATH": "/usr/bin", "LD_LIBRARY_PATH": "/x"})
+    assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
+    libs = env["LD_LIBRARY_PATH"].split(os.pathsep)
+    assert libs[0].endswith("nvidia_pytriton.libs")
+    assert libs[-1] == "/x"
+
+
+def test_command_line_runs_poll_mode_on_the_chosen_ports_with_a_locked_repository_api(
+    assembled, tmp_path
+):
+    server = TritonServer(ServerOptions(tmp_path, http_port=1, grpc_port=2, metrics_port=3,
+                                        admin_key="sekret"))
+    server.install = assembled
+    cmd = server.command()
+    for arg in (
+        "--model-control-mode=poll",
+        "--http-port=1",
+        "--grpc-port=2",
+        "--metrics-port=3",
+        f"--model-repository={tmp_path}",
+        f"--backend-directory={assembled.backend_dir}",
+        "--http-restricted-api=model-repository:admin-key=sekret",
+        "--grpc-restricted-protocol=model-repository:admin-key=sekret",
+        f"--backend-config=python,shm-region-prefix-name={server.shm_prefix}",
+        "--pinned-memory-pool-byte-size=0",
+    ):
+        assert arg in cmd
+
+
+def test_without_an_admin_key_the_repository_api_is_locked_by_a_random_key(assembled, tmp_path):
+    def key_of(cmd):
+        (arg,) = [a for a in cmd if a.startswith("--http-restricted-api=")]
+        return arg.rsplit("=", 1)[1]
+
+    first, second = TritonServer(ServerOptions(tmp_path)), TritonServer(ServerOptions(tmp_path))
+    first.install = second.install = assembled
+    assert len(key_of(first.command())) >= 24
+    assert key_of(first.command()) != key_of(second.command())
+
+
+def test_system_install_uses_the_installation_as_it_is(tmp_path):
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "tritonserver").write_bytes(b"")
+    install = system_install(tmp_path)
+    assert install.backend_dir == tmp_path / "backends"
+    assert install.library_dirs == ()
+    server = TritonServer(ServerOptions(tmp_path))
+    server.install = install
+    assert "--pinned-memory-pool-byte-size=0" not in server.command()
+
+
+def test_shm_prefix_embeds_the_launcher_pid():
+    assert TritonServer(ServerOptions(Path("."))).shm_prefix.startswith(f"kyc_{os.getpid()}_")
+
+
+def test_remove_shm_regions_removes_only_the_given_prefix(tmp_path):
+    for name in ("kyc_1_aaaaaa_x", "kyc_1_aaaaaa_y", "kyc_1_bbbbbb_x", "other"):
+        (tmp_path / name).write_bytes(b"")
+    assert sorted(remove_shm_regions("kyc_1_aaaaaa_", tmp_path)) == ["kyc_1_aaaaaa_x",
+                                                                       "kyc_1_aaaaaa_y"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kyc_1_bbbbbb_x", "other"]
+
+
+def test_stale_regions_of_dead_launchers_are_removed_and_live_ones_kept(tmp_path):
+    dead = 2**22 + 12345  # above the default pid_max: no such process
+    live = os.getpid()
+    for name in (f"kyc_{dead}_abcdef_1", f"kyc_{live}_abcdef_1", "triton_python_backend_x"):
+        (tmp_path / name).write_bytes(b"")
+    assert remove_stale_shm_regions(tmp_path) == [f"kyc_{dead}_abcdef_1"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        f"kyc_{live}_abcdef_1",
+        "triton_python_backend_x",
+    ]
+
+
+def test_client_urls_use_loopback_when_listening_on_all_addresses(tmp_path):
+    options = ServerOptions(tmp_path, http_port=18000, grpc_port=18001, metrics_port=18002)
+    assert options.http_url == "127.0.0.1:18000"
+    assert options.grpc_url == "127.0.0.1:18001"
+    assert options.metrics_url == "http://127.0.0.1:18002/metrics"
