@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from kyc_testing import build_tiny_repository, tiny_onnx
 
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import onnx
 import pytest
-from kyc.runtime.server import ServerError, ServerOptions, TritonServer, free_port
 from onnx import TensorProto, helper
+
+from kyc.runtime.server import ServerError, ServerOptions, TritonServer, free_port
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SHIPPED_REPOSITORY = PROJECT_ROOT / "model_repository"

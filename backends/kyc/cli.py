@@ -39,7 +39,7 @@ def _server_version(http_url: str) -> str:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from kyc.repo.check import check_repository
-    from kyc.runtime.server import ServerOptions, TritonServer, repository_index
+    from kyc.runtime.server import ServerOptions, TritonServer
     from kyc.runtime.triton import TritonNotFoundError
 
     repository = args.model_repository.resolve()
@@ -107,7 +107,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 1
 
     try:
-        models = repository_index(options.http_url)
+        models = server.index()
     except (OSError, ValueError):
         models = []
     host = options.address or "0.0.0.0"

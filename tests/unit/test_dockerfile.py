@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from kyc.cli import build_parser
 from kyc_testing import PROJECT_ROOT
 

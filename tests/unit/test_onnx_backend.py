@@ -9,8 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kyc.onnx_backend import OnnxBatchRunner, OnnxModelSettings, RequestError, make_session
 from onnx import TensorProto
+
+from kyc.onnx_backend import OnnxBatchRunner, OnnxModelSettings, RequestError, make_session
 
 CONFIG = {
     "name": "m",

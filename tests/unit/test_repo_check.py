@@ -6,9 +6,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from onnx import TensorProto
+
 from kyc.cli import main
 from kyc.repo.check import check_repository
-from onnx import TensorProto
 
 
 def messages(repo: Path) -> list[str]:

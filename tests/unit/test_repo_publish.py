@@ -6,6 +6,7 @@ import threading
 from pathlib import Path
 
 import pytest
+
 from kyc.cli import main
 from kyc.repo.publish import PublishError, publish
 from kyc_testing import write_echo_version

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from kyc.runtime.server import (
     ServerOptions,
     TritonServer,
@@ -70,6 +71,7 @@ def test_without_an_admin_key_the_repository_api_is_locked_by_a_random_key(assem
         return arg.rsplit("=", 1)[1]
 
     first, second = TritonServer(ServerOptions(tmp_path)), TritonServer(ServerOptions(tmp_path))
+    assert first.admin_key != second.admin_key
     first.install = second.install = assembled
     assert len(key_of(first.command())) >= 24
     assert key_of(first.command()) != key_of(second.command())

@@ -136,9 +136,15 @@ def is_ready(http_url: str, timeout: float = 2.0) -> bool:
     return _http_get(f"http://{http_url}/v2/health/ready", timeout)[0] == 200
 
 
-def repository_index(http_url: str) -> list[dict]:
-    """The server's repository index: name, version, state and reason per model."""
-    req = urllib.request.Request(f"http://{http_url}/v2/repository/index", method="POST", data=b"")
+def repository_index(http_url: str, admin_key: str | None = None) -> list[dict]:
+    """The server's repository index: name, version, state and reason per model.
+
+    The model-repository API is locked by a key (HTTP header ``admin-key``).
+    """
+    headers = {"admin-key": admin_key} if admin_key else {}
+    req = urllib.request.Request(
+        f"http://{http_url}/v2/repository/index", method="POST", data=b"", headers=headers
+    )
     with urllib.request.urlopen(req, timeout=5) as resp:
         return list(json.loads(resp.read() or b"[]"))
 
@@ -161,6 +167,9 @@ class TritonServer:
         self.triton_home = triton_home
         self.log_file = log_file
         self.shm_prefix = f"kyc_{os.getpid()}_{secrets.token_hex(3)}_"
+        # Without a key given, the model-repository API is locked by one nobody
+        # else knows (poll mode needs no API to pick up new versions).
+        self.admin_key = options.admin_key or secrets.token_urlsafe(24)
         self.process: subprocess.Popen[bytes] | None = None
         self.install: TritonInstall | None = None
         self._backend_tmp: Path | None = None
@@ -171,7 +180,7 @@ class TritonServer:
         """The tritonserver command line."""
         assert self.install is not None
         opts = self.options
-        key = opts.admin_key or secrets.token_urlsafe(24)
+        key = self.admin_key
         cmd = [
             str(self.install.server),
             f"--model-repository={opts.model_repository}",
@@ -190,8 +199,6 @@ class TritonServer:
             f"--exit-timeout-secs={opts.exit_timeout_secs}",
             f"--log-verbose={opts.log_verbose}",
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
-            # The model-repository API is locked by a key; without one given, by a
-            # random key nobody knows (poll mode needs no API to pick up versions).
             f"--http-restricted-api=model-repository:admin-key={key}",
             f"--grpc-restricted-protocol=model-repository:admin-key={key}",
         ]
@@ -241,6 +248,10 @@ class TritonServer:
                 return
             time.sleep(0.25)
         raise ServerError(f"tritonserver not ready after {timeout:.0f} s")
+
+    def index(self) -> list[dict]:
+        """The repository index of this server (it knows its own admin key)."""
+        return repository_index(self.options.http_url, self.admin_key)
 
     def poll(self) -> int | None:
         """The exit code once the server has stopped, else None."""

@@ -1,0 +1,29 @@
+"""A real tritonserver (from the nvidia-pytriton wheel) on free ports for the tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kyc.runtime.server import TritonServer
+from kyc_testing import SHIPPED_REPOSITORY, link_tree, require_weights, start_server
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="session")
+def served_repository(tmp_path_factory) -> Path:
+    """A copy of the shipped repository (tests may publish into it)."""
+    require_weights()
+    return link_tree(SHIPPED_REPOSITORY, tmp_path_factory.mktemp("served") / "model_repository")
+
+
+@pytest.fixture(scope="session")
+def server(served_repository, tmp_path_factory) -> Iterator[TritonServer]:
+    """One server over the shipped repository for the whole session."""
+    log_file = tmp_path_factory.mktemp("logs") / "tritonserver.log"
+    server = start_server(served_repository, log_file)
+    yield server
+    server.stop()

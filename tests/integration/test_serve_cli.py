@@ -1,0 +1,121 @@
+"""`kyc serve` as a user runs it: ready banner, clean stop on signals, its own cleanup."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from kyc.runtime.server import SHM_DIR, free_port, is_ready
+from kyc_testing import build_tiny_repository
+
+pytestmark = pytest.mark.integration
+
+KYC = [sys.executable, "-m", "kyc.cli"]
+
+
+class ServeProcess:
+    def __init__(self, repository: Path, tmp_path: Path) -> None:
+        self.ports = {"http": free_port(), "grpc": free_port(), "metrics": free_port()}
+        self.log = tmp_path / "serve.log"
+        self.proc = subprocess.Popen(
+            [*KYC, "serve", "--model-repository", str(repository),
+             "--http-port", str(self.ports["http"]), "--grpc-port", str(self.ports["grpc"]),
+             "--metrics-port", str(self.ports["metrics"]), "--address", "127.0.0.1",
+             "--log-file", str(self.log)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        self.out: list[str] = []
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.ports['http']}"
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+
+    def wait_for_line(self, needle: str, timeout: float = 120) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=0.5)
+            except queue.Empty:
+                if self.proc.poll() is not None and self.lines.empty():
+                    break
+                continue
+            self.out.append(line)
+            if needle in line:
+                return line
+        stderr = self.proc.stderr.read() if self.proc.poll() is not None else ""
+        raise AssertionError(f"no {needle!r} in output: {''.join(self.out)}{stderr}")
+
+    def server_pid(self) -> int:
+        out = subprocess.run(["pgrep", "-P", str(self.proc.pid), "tritonserver"],
+                             capture_output=True, text=True).stdout.split()
+        assert len(out) == 1, out
+        return int(out[0])
+
+    def shm_regions(self) -> list[str]:
+        return sorted(p.name for p in SHM_DIR.glob(f"kyc_{self.proc.pid}_*"))
+
+
+@pytest.fixture
+def repository(tmp_path):
+    return build_tiny_repository(tmp_path / "repo")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_serve_prints_where_it_listens_and_stops_cleanly_on_a_signal(repository, tmp_path, signum):
+    serve = ServeProcess(repository, tmp_path)
+    try:
+        serve.wait_for_line("ready in")
+        banner = "".join(serve.out) + "".join(
+            serve.wait_for_line(k) for k in ("HTTP", "gRPC", "metrics", "models"))
+        assert f"http://127.0.0.1:{serve.ports['http']}" in banner
+        assert f"127.0.0.1:{serve.ports['grpc']}" in banner
+        assert f"http://127.0.0.1:{serve.ports['metrics']}/metrics" in banner
+        assert "double:1 READY" in banner and "echo:1 READY" in banner
+        assert is_ready(serve.http_url)
+        assert serve.shm_regions(), "the Python backend should hold shared memory while serving"
+        serve.proc.send_signal(signum)
+        assert serve.proc.wait(timeout=60) == 0
+        assert "stopped" in serve.proc.stderr.read()
+        assert serve.shm_regions() == []
+        assert not is_ready(serve.http_url)
+    finally:
+        if serve.proc.poll() is None:
+            serve.proc.kill()
+
+
+def test_serve_exits_with_an_error_and_cleans_up_when_the_server_is_killed(repository, tmp_path):
+    serve = ServeProcess(repository, tmp_path)
+    try:
+        serve.wait_for_line("ready in")
+        os.kill(serve.server_pid(), signal.SIGKILL)
+        assert serve.proc.wait(timeout=60) != 0
+        assert "tritonserver stopped on its own" in serve.proc.stderr.read()
+        assert serve.shm_regions() == []
+    finally:
+        if serve.proc.poll() is None:
+            serve.proc.kill()
+
+
+def test_serve_refuses_to_start_on_a_repository_that_would_wedge_the_server(repository, tmp_path):
+    (repository / "echo" / "2").mkdir()  # a version folder without model.py
+    result = subprocess.run([*KYC, "serve", "--model-repository", str(repository),
+                             "--http-port", str(free_port())],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "echo/2/model.py: missing" in result.stderr
+    assert "not starting" in result.stderr
