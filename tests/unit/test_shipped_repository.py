@@ -1,0 +1,71 @@
+"""Invariants of the shipped model_repository/ (after `make setup` fetched the weights)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kyc.cli import main
+from kyc.repo.check import check_repository
+from kyc.repo.config import load_config, model_kind, type_name
+from kyc_export.manifest import load_manifest
+from kyc_testing import SHIPPED_REPOSITORY, require_weights
+
+CONFIGS = sorted(SHIPPED_REPOSITORY.glob("*/config.pbtxt"))
+ONNX_CONFIGS = [p for p in CONFIGS if model_kind(load_config(p)).name == "onnx"]
+
+
+def ids(paths: list[Path]) -> list[str]:
+    return [p.parent.name for p in paths]
+
+
+def test_kyc_repo_check_passes_on_the_shipped_repository(capsys):
+    require_weights()
+    assert check_repository(SHIPPED_REPOSITORY) == []
+    assert main(["repo", "check", str(SHIPPED_REPOSITORY)]) == 0
+    assert capsys.readouterr().out.startswith("OK: ")
+
+
+@pytest.mark.parametrize("config_path", CONFIGS, ids=ids(CONFIGS))
+def test_every_model_batches_at_least_8_with_dynamic_batching(config_path):
+    config = load_config(config_path)
+    assert config.max_batch_size >= 8
+    assert config.HasField("dynamic_batching") or config.HasField("sequence_batching")
+
+
+@pytest.mark.parametrize("config_path", ONNX_CONFIGS, ids=ids(ONNX_CONFIGS))
+def test_onnx_models_leave_the_instance_kind_to_the_server(config_path):
+    """KIND_GPU fails on CPU machines; left out, Triton picks GPU where there is one."""
+    assert "kind:" not in config_path.read_text()
+    assert all(group.kind == 0 for group in load_config(config_path).instance_group)  # AUTO
+
+
+@pytest.mark.parametrize("config_path", ONNX_CONFIGS, ids=ids(ONNX_CONFIGS))
+def test_onnx_models_ask_for_tensorrt_fp16_on_gpu_with_a_cached_engine(config_path):
+    accelerators = load_config(config_path).optimization.execution_accelerators
+    (trt,) = [a for a in accelerators.gpu_execution_accelerator if a.name == "tensorrt"]
+    assert trt.parameters["precision_mode"] == "FP16"
+    assert trt.parameters["trt_engine_cache_enable"] == "1"
+    assert trt.parameters["trt_engine_cache_path"].endswith(config_path.parent.name)
+
+
+@pytest.mark.parametrize("config_path", ONNX_CONFIGS, ids=ids(ONNX_CONFIGS))
+def test_every_onnx_config_matches_its_manifest_contract(config_path):
+    config = load_config(config_path)
+    spec = load_manifest().model(config_path.parent.name)
+
+    def contract(tensors):
+        return [(t.name, type_name(t.data_type), tuple(t.dims)) for t in tensors]
+
+    assert contract(config.input) == [(t.name, t.data_type, tuple(t.dims)) for t in spec.inputs]
+    assert contract(config.output) == [(t.name, t.data_type, tuple(t.dims)) for t in spec.outputs]
+
+
+def test_every_served_model_has_a_manifest_entry_with_a_license_and_pinned_sha256():
+    manifest = load_manifest()
+    for config_path in ONNX_CONFIGS:
+        spec = manifest.model(config_path.parent.name)
+        assert spec.license
+        assert len(spec.source.sha256) == 64
+        assert all(len(m.sha256) == 64 for m in spec.members.values())
