@@ -20,6 +20,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -91,14 +92,7 @@ def _pid_alive(pid: int) -> bool:
 
 def remove_shm_regions(prefix: str, shm_dir: Path = SHM_DIR) -> list[str]:
     """Remove the shared-memory regions whose names start with ``prefix``."""
-    removed = []
-    for entry in shm_dir.glob(f"{prefix}*"):
-        try:
-            entry.unlink()
-            removed.append(entry.name)
-        except FileNotFoundError:
-            pass
-    return removed
+    return _unlink_all(shm_dir.glob(f"{prefix}*"))
 
 
 def remove_stale_shm_regions(shm_dir: Path = SHM_DIR) -> list[str]:
@@ -107,17 +101,23 @@ def remove_stale_shm_regions(shm_dir: Path = SHM_DIR) -> list[str]:
     A server killed with SIGKILL leaves its Python-backend regions behind; the
     launcher's pid is in the name, so a region is stale once that pid is dead.
     """
-    removed = []
     if not shm_dir.is_dir():
-        return removed
+        return []
+    stale = []
     for entry in shm_dir.iterdir():
         match = _SHM_PREFIX_RE.match(entry.name)
         if match and not _pid_alive(int(match.group(1))):
-            try:
-                entry.unlink()
-                removed.append(entry.name)
-            except FileNotFoundError:
-                pass
+            stale.append(entry)
+    return _unlink_all(stale)
+
+
+def _unlink_all(entries: Iterable[Path]) -> list[str]:
+    """Unlink each entry; the names of those removed (already gone is fine)."""
+    removed = []
+    for entry in entries:
+        with contextlib.suppress(FileNotFoundError):
+            entry.unlink()
+            removed.append(entry.name)
     return removed
 
 
