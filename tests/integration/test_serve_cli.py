@@ -60,6 +60,15 @@ class ServeProcess:
         stderr = self.proc.stderr.read() if self.proc.poll() is not None else ""
         raise AssertionError(f"no {needle!r} in output: {''.join(self.out)}{stderr}")
 
+    def close(self) -> None:
+        """Stop as a user would (SIGTERM), then by force."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
     def server_pid(self) -> int:
         out = subprocess.run(["pgrep", "-P", str(self.proc.pid), "tritonserver"],
                              capture_output=True, text=True).stdout.split()
@@ -94,8 +103,7 @@ def test_serve_prints_where_it_listens_and_stops_cleanly_on_a_signal(repository,
         assert serve.shm_regions() == []
         assert not is_ready(serve.http_url)
     finally:
-        if serve.proc.poll() is None:
-            serve.proc.kill()
+        serve.close()
 
 
 def test_serve_exits_with_an_error_and_cleans_up_when_the_server_is_killed(repository, tmp_path):
@@ -107,8 +115,23 @@ def test_serve_exits_with_an_error_and_cleans_up_when_the_server_is_killed(repos
         assert "tritonserver stopped on its own" in serve.proc.stderr.read()
         assert serve.shm_regions() == []
     finally:
-        if serve.proc.poll() is None:
-            serve.proc.kill()
+        serve.close()
+
+
+def test_the_server_does_not_outlive_a_killed_kyc_serve(repository, tmp_path):
+    serve = ServeProcess(repository, tmp_path)
+    try:
+        serve.wait_for_line("ready in")
+        server_pid = serve.server_pid()
+        serve.proc.kill()
+        serve.proc.wait(timeout=10)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and Path(f"/proc/{server_pid}").exists():
+            time.sleep(0.2)
+        assert not Path(f"/proc/{server_pid}").exists() or \
+            "Z" in Path(f"/proc/{server_pid}/stat").read_text().split()[2]
+    finally:
+        serve.close()
 
 
 def test_serve_refuses_to_start_on_a_repository_that_would_wedge_the_server(repository, tmp_path):

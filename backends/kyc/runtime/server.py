@@ -7,6 +7,8 @@ integration tests, so both run the server the same way.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import json
 import logging
 import os
@@ -78,6 +80,18 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def _stop_with_parent() -> None:
+    """In the child before exec: SIGTERM when the launcher dies (Linux prctl).
+
+    The server runs in its own session so that a terminal's Ctrl-C reaches only
+    the launcher, which then stops it in order; without this, a launcher killed
+    with SIGKILL would leave an orphan server holding its ports.
+    """
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _pid_alive(pid: int) -> bool:
@@ -233,6 +247,7 @@ class TritonServer:
             stderr=subprocess.STDOUT if stdout is not None else None,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # our signal handling decides when it stops
+            preexec_fn=_stop_with_parent,
         )
         log.info("tritonserver pid %d started (%s)", self.process.pid, self.install.origin)
 
