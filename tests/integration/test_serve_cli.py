@@ -84,54 +84,50 @@ def repository(tmp_path):
     return build_tiny_repository(tmp_path / "repo")
 
 
+@pytest.fixture
+def serve(repository, tmp_path):
+    """`kyc serve` on the tiny repository, ready; stopped (SIGTERM, then kill) afterwards."""
+    process = ServeProcess(repository, tmp_path)
+    try:
+        process.wait_for_line("ready in")
+        yield process
+    finally:
+        process.close()
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_serve_prints_where_it_listens_and_stops_cleanly_on_a_signal(repository, tmp_path, signum):
-    serve = ServeProcess(repository, tmp_path)
-    try:
-        serve.wait_for_line("ready in")
-        banner = "".join(serve.out) + "".join(
-            serve.wait_for_line(k) for k in ("HTTP", "gRPC", "metrics", "models"))
-        assert f"http://127.0.0.1:{serve.ports['http']}" in banner
-        assert f"127.0.0.1:{serve.ports['grpc']}" in banner
-        assert f"http://127.0.0.1:{serve.ports['metrics']}/metrics" in banner
-        assert "double:1 READY" in banner and "echo:1 READY" in banner
-        assert is_ready(serve.http_url)
-        assert serve.shm_regions(), "the Python backend should hold shared memory while serving"
-        serve.proc.send_signal(signum)
-        assert serve.proc.wait(timeout=60) == 0
-        assert "stopped" in serve.proc.stderr.read()
-        assert serve.shm_regions() == []
-        assert not is_ready(serve.http_url)
-    finally:
-        serve.close()
+def test_serve_prints_where_it_listens_and_stops_cleanly_on_a_signal(serve, signum):
+    banner = "".join(serve.out) + "".join(
+        serve.wait_for_line(k) for k in ("HTTP", "gRPC", "metrics", "models"))
+    assert f"http://127.0.0.1:{serve.ports['http']}" in banner
+    assert f"127.0.0.1:{serve.ports['grpc']}" in banner
+    assert f"http://127.0.0.1:{serve.ports['metrics']}/metrics" in banner
+    assert "double:1 READY" in banner and "echo:1 READY" in banner
+    assert is_ready(serve.http_url)
+    assert serve.shm_regions(), "the Python backend should hold shared memory while serving"
+    serve.proc.send_signal(signum)
+    assert serve.proc.wait(timeout=60) == 0
+    assert "stopped" in serve.proc.stderr.read()
+    assert serve.shm_regions() == []
+    assert not is_ready(serve.http_url)
 
 
-def test_serve_exits_with_an_error_and_cleans_up_when_the_server_is_killed(repository, tmp_path):
-    serve = ServeProcess(repository, tmp_path)
-    try:
-        serve.wait_for_line("ready in")
-        os.kill(serve.server_pid(), signal.SIGKILL)
-        assert serve.proc.wait(timeout=60) != 0
-        assert "tritonserver stopped on its own" in serve.proc.stderr.read()
-        assert serve.shm_regions() == []
-    finally:
-        serve.close()
+def test_serve_exits_with_an_error_and_cleans_up_when_the_server_is_killed(serve):
+    os.kill(serve.server_pid(), signal.SIGKILL)
+    assert serve.proc.wait(timeout=60) != 0
+    assert "tritonserver stopped on its own" in serve.proc.stderr.read()
+    assert serve.shm_regions() == []
 
 
-def test_the_server_does_not_outlive_a_killed_kyc_serve(repository, tmp_path):
-    serve = ServeProcess(repository, tmp_path)
-    try:
-        serve.wait_for_line("ready in")
-        server_pid = serve.server_pid()
-        serve.proc.kill()
-        serve.proc.wait(timeout=10)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and Path(f"/proc/{server_pid}").exists():
-            time.sleep(0.2)
-        assert not Path(f"/proc/{server_pid}").exists() or \
-            "Z" in Path(f"/proc/{server_pid}/stat").read_text().split()[2]
-    finally:
-        serve.close()
+def test_the_server_does_not_outlive_a_killed_kyc_serve(serve):
+    server_pid = serve.server_pid()
+    serve.proc.kill()
+    serve.proc.wait(timeout=10)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and Path(f"/proc/{server_pid}").exists():
+        time.sleep(0.2)
+    assert not Path(f"/proc/{server_pid}").exists() or \
+        "Z" in Path(f"/proc/{server_pid}/stat").read_text().split()[2]
 
 
 def test_serve_refuses_to_start_on_a_repository_that_would_wedge_the_server(repository, tmp_path):
