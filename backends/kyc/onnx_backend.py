@@ -25,12 +25,9 @@ from pathlib import Path
 import numpy as np
 
 from kyc.dtypes import numpy_dtype
+from kyc.triton_glue import RequestError
 
 log = logging.getLogger(__name__)
-
-
-class RequestError(ValueError):
-    """A request's inputs cannot be served; answered as INVALID_ARG."""
 
 
 @dataclass(frozen=True)

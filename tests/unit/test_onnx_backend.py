@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-import sys
-import types
 from pathlib import Path
 
 import numpy as np
 import pytest
 from onnx import TensorProto
 
+import fake_triton
+from fake_triton import FakeTensor
 from kyc.onnx_backend import OnnxBatchRunner, OnnxModelSettings, RequestError, make_session
 
 CONFIG = {
@@ -118,35 +118,9 @@ def test_unbatched_models_run_each_request_as_it_is(tmp_path, onnx_factory):
 
 
 # -- the TritonPythonModel glue with a stand-in for triton_python_backend_utils ----------
-class FakeTensor:
-    def __init__(self, name, array):
-        self.name, self.array = name, array
-
-    def as_numpy(self):
-        return self.array
-
-
-class FakeError:
-    INVALID_ARG, INTERNAL = "INVALID_ARG", "INTERNAL"
-
-    def __init__(self, message, code):
-        self.message, self.code = message, code
-
-
-class FakeResponse:
-    def __init__(self, output_tensors, error=None):
-        self.output_tensors, self.error = output_tensors, error
-
-
 @pytest.fixture
 def fake_pb_utils(monkeypatch):
-    module = types.ModuleType("triton_python_backend_utils")
-    module.Tensor = FakeTensor
-    module.TritonError = FakeError
-    module.InferenceResponse = FakeResponse
-    module.get_input_tensor_by_name = lambda request, name: request.get(name)
-    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", module)
-    return module
+    return fake_triton.install(monkeypatch)
 
 
 def test_triton_model_answers_each_request_with_outputs_or_an_invalid_arg_error(
@@ -166,13 +140,13 @@ def test_triton_model_answers_each_request_with_outputs_or_an_invalid_arg_error(
     bad = {"X": FakeTensor("X", np.ones((2, 4), np.int32))}
     responses = model.execute([good, bad, good])
     assert len(responses) == 3
-    assert responses[0].error is None
+    assert responses[0].error() is None
     (tensor,) = responses[0].output_tensors
     assert tensor.name == "Y"
     np.testing.assert_array_equal(tensor.as_numpy(), np.full((2, 4), 2, np.float32))
-    assert responses[1].error.code == "INVALID_ARG"
-    assert "int32" in responses[1].error.message
-    assert responses[2].error is None
+    assert responses[1].error().code == "INVALID_ARG"
+    assert "int32" in responses[1].error().message()
+    assert responses[2].error() is None
 
 
 def test_string_inputs_are_decoded_for_onnx_and_bad_utf8_is_refused(tmp_path, onnx_factory):

@@ -1,0 +1,109 @@
+"""Decoding client images safely: limits checked on the header, before any pixel is decoded.
+
+Encoded bytes come from clients, so every image is first checked against a byte
+limit, then opened lazily (Pillow reads only the header), its format and pixel
+count checked, and only then decoded. EXIF orientation is applied, so every
+coordinate this package reports is in the pixels of the image as it is meant
+to be displayed. Large JPEGs are decoded straight at a reduced scale (libjpeg's
+DCT scaling) when they exceed ``work_max_side``; :class:`DecodedImage` keeps
+the factor that maps working pixels back to input pixels.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image, ImageOps
+
+ALLOWED_FORMATS = frozenset({"JPEG", "PNG", "WEBP"})
+
+
+class ImageError(ValueError):
+    """The request's image cannot be used; the message says why (no image content)."""
+
+
+@dataclass(frozen=True)
+class ImageLimits:
+    """Limits on client images (defaults: the settings of the model using them)."""
+
+    max_bytes: int
+    max_pixels: int
+    # Decoded images larger than this (longest side) are reduced while decoding.
+    work_max_side: int
+
+
+@dataclass(frozen=True)
+class DecodedImage:
+    """RGB pixels to work on, and how they relate to the input image."""
+
+    pixels: np.ndarray  # [H, W, 3] uint8, RGB, EXIF orientation applied
+    input_size: tuple[int, int]  # (width, height) of the oriented input image
+    scale: float  # working pixels * scale = input pixels
+    format: str
+
+
+def _open(data: bytes, limits: ImageLimits) -> Image.Image:
+    if len(data) == 0:
+        raise ImageError("the image is empty (0 bytes)")
+    if len(data) > limits.max_bytes:
+        raise ImageError(
+            f"the image has {len(data)} bytes, more than the limit of {limits.max_bytes}"
+        )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            image = Image.open(io.BytesIO(data))
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise ImageError(
+            f"the image header declares more pixels than the limit of {limits.max_pixels}"
+        ) from None
+    except Exception:
+        raise ImageError("the bytes are not a JPEG, PNG or WebP image") from None
+    if image.format not in ALLOWED_FORMATS:
+        raise ImageError(f"image format {image.format} is not accepted (JPEG, PNG or WebP)")
+    width, height = image.size
+    if width <= 0 or height <= 0 or width * height > limits.max_pixels:
+        raise ImageError(
+            f"the image header declares {width}x{height} pixels, more than the limit of "
+            f"{limits.max_pixels}"
+        )
+    return image
+
+
+def decode_image(data: bytes, limits: ImageLimits) -> DecodedImage:
+    """Decode ``data`` (JPEG, PNG or WebP) to RGB, or raise :class:`ImageError`."""
+    image = _open(data, limits)
+    fmt = image.format
+    full_width, full_height = image.size
+    if fmt == "JPEG" and max(image.size) > limits.work_max_side:
+        # DCT scaling by 1/2, 1/4 or 1/8 while staying at least work_max_side.
+        factor = max(image.size) / limits.work_max_side
+        image.draft("RGB", (round(full_width / factor), round(full_height / factor)))
+    try:
+        oriented = ImageOps.exif_transpose(image)
+        rgb = np.asarray(oriented.convert("RGB"))
+    except Exception as exc:  # truncated or corrupt pixel data
+        raise ImageError(f"the {fmt} image cannot be decoded: {_reason(exc)}") from None
+    transposed = oriented.size != image.size and oriented.size == image.size[::-1]
+    input_size = (full_height, full_width) if transposed else (full_width, full_height)
+    rgb, scale = _reduce(rgb, input_size[0], limits.work_max_side)
+    return DecodedImage(pixels=rgb, input_size=input_size, scale=scale, format=fmt)
+
+
+def _reduce(rgb: np.ndarray, input_width: int, max_side: int) -> tuple[np.ndarray, float]:
+    height, width = rgb.shape[:2]
+    if max(height, width) > max_side:
+        factor = max_side / max(height, width)
+        size = (max(1, round(width * factor)), max(1, round(height * factor)))
+        rgb = np.asarray(Image.fromarray(rgb).resize(size, Image.Resampling.BILINEAR))
+    return np.ascontiguousarray(rgb), input_width / rgb.shape[1]
+
+
+def _reason(exc: Exception) -> str:
+    text = str(exc).strip()
+    # Pillow's messages name the problem ("image file is truncated (3 bytes not processed)");
+    # they never contain pixel data. Keep them short.
+    return (text[:160] or type(exc).__name__).rstrip(".")

@@ -1,0 +1,79 @@
+"""``face_preprocess``: the Triton glue over :class:`kyc.face.preprocess.FacePreprocessor`.
+
+Gather every image of every request of this ``execute`` -> one preprocessor run
+(one BLS call to ``face_detector``) -> scatter one response per request. A bad
+image answers its own request with INVALID_ARG; a failing detector answers the
+requests of this batch with INTERNAL; nothing raises out of ``execute``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+
+from kyc.face.decode import ImageError
+from kyc.face.preprocess import FacePreprocessor, FaceSettings, result_tensors
+from kyc.settings import from_parameters
+from kyc.triton_glue import (
+    BlsError,
+    RequestError,
+    bls_infer,
+    config_parameters,
+    encoded_items,
+    error_response,
+    parse_model_config,
+    tensor_response,
+)
+
+log = logging.getLogger(__name__)
+
+DETECTOR_OUTPUTS = ("LOC", "SCORES", "LANDMARKS")
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict[str, str]) -> None:
+        config = parse_model_config(args)
+        self.settings = from_parameters(FaceSettings, config_parameters(config))
+        self.preprocessor = FacePreprocessor(self.settings, self._detect)
+        log.info("%s: detector %s at %dx%d, score >= %.2f", args["model_name"],
+                 self.settings.detector_model, self.settings.detector_size,
+                 self.settings.detector_size, self.settings.score_threshold)
+
+    def _detect(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        out = bls_infer(self.settings.detector_model, {"IMAGES": batch}, DETECTOR_OUTPUTS)
+        return out["LOC"], out["SCORES"], out["LANDMARKS"]
+
+    def execute(self, requests: list) -> list:
+        started = time.perf_counter()
+        spans: list[range | RequestError] = []
+        images: list[bytes] = []
+        for request in requests:
+            try:
+                items = encoded_items(request, "IMAGE")
+            except RequestError as exc:
+                spans.append(exc)
+                continue
+            spans.append(range(len(images), len(images) + len(items)))
+            images += items
+        try:
+            results = self.preprocessor.run(images)
+        except BlsError as exc:
+            log.error("face_preprocess: %d requests failed: %s", len(requests), exc)
+            return [error_response(str(exc), invalid_argument=False) for _ in requests]
+        responses = [self._respond(span, results) for span in spans]
+        log.info("face_preprocess: %d requests, %d images in %.1f ms", len(requests),
+                 len(images), (time.perf_counter() - started) * 1e3)
+        return responses
+
+    @staticmethod
+    def _respond(span: range | RequestError, results: list):
+        if isinstance(span, RequestError):
+            return error_response(str(span))
+        mine = [results[i] for i in span]
+        for k, result in enumerate(mine):
+            if isinstance(result, ImageError):
+                where = "IMAGE" if len(mine) == 1 else f"IMAGE[{k}]"
+                return error_response(f"{where}: {result}")
+        return tensor_response(result_tensors(mine))

@@ -1,0 +1,121 @@
+"""Decoding client images: limits read from the header, EXIF orientation, clear errors."""
+
+from __future__ import annotations
+
+import io
+import struct
+import zlib
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from kyc.face.decode import ImageError, ImageLimits, decode_image
+
+LIMITS = ImageLimits(max_bytes=2_000_000, max_pixels=4_000_000, work_max_side=800)
+
+
+def encode(array: np.ndarray, fmt: str = "PNG", **kwargs) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(array).save(buffer, format=fmt, **kwargs)
+    return buffer.getvalue()
+
+
+def png_header_only(width: int, height: int) -> bytes:
+    """A PNG whose IHDR claims width x height, with one tiny IDAT (a decompression bomb)."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(
+            ">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 16))
+            + chunk(b"IEND", b""))
+
+
+def marked_image(height: int = 60, width: int = 90) -> np.ndarray:
+    """Grey image with a red block near the top-left corner (to follow orientation)."""
+    image = np.full((height, width, 3), 128, np.uint8)
+    image[5:15, 5:20] = (255, 0, 0)
+    return image
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG", "WEBP"])
+def test_png_jpeg_and_webp_decode_to_rgb_of_the_same_size(fmt):
+    decoded = decode_image(encode(marked_image(), fmt, quality=95), LIMITS)
+    assert decoded.pixels.shape == (60, 90, 3)
+    assert decoded.pixels.dtype == np.uint8
+    assert decoded.format == fmt
+    assert decoded.input_size == (90, 60) and decoded.scale == 1.0
+    red = decoded.pixels[10, 10]
+    assert red[0] > 200 and red[1] < 60 and red[2] < 60
+
+
+def test_grey_and_rgba_images_become_rgb():
+    grey = decode_image(encode(np.full((20, 30), 77, np.uint8)), LIMITS)
+    rgba = decode_image(encode(np.full((20, 30, 4), 77, np.uint8)), LIMITS)
+    assert grey.pixels.shape == rgba.pixels.shape == (20, 30, 3)
+
+
+@pytest.mark.parametrize(("orientation", "expected_corner"), [
+    (1, (10, 12)),  # as stored: red block top-left
+    (3, (49, 77)),  # rotated 180: bottom-right
+    (6, (12, 49)),  # rotate 90 clockwise to display: top-right of a 60-wide image
+    (8, (77, 10)),  # rotate 90 counter-clockwise to display: bottom-left
+])
+def test_exif_orientation_is_applied(orientation, expected_corner):
+    image = Image.fromarray(marked_image())
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", quality=95, exif=exif.tobytes())
+    decoded = decode_image(buffer.getvalue(), LIMITS)
+    if orientation in (6, 8):
+        assert decoded.pixels.shape == (90, 60, 3)
+        assert decoded.input_size == (60, 90)
+    row, col = expected_corner
+    assert decoded.pixels[row, col, 0] > 200 and decoded.pixels[row, col, 1] < 80
+
+
+def test_a_large_jpeg_is_decoded_reduced_and_reports_the_scale_back_to_input_pixels():
+    big = np.random.default_rng(0).integers(0, 255, (1200, 1800, 3), dtype=np.uint8)
+    decoded = decode_image(encode(big, "JPEG"), LIMITS)
+    assert max(decoded.pixels.shape[:2]) == 800
+    assert decoded.input_size == (1800, 1200)
+    assert decoded.scale == pytest.approx(1800 / decoded.pixels.shape[1])
+
+
+def test_garbage_bytes_are_refused_with_a_clear_message():
+    with pytest.raises(ImageError, match="not a JPEG, PNG or WebP"):
+        decode_image(b"this is not an image at all", LIMITS)
+
+
+def test_empty_bytes_are_refused():
+    with pytest.raises(ImageError, match="empty"):
+        decode_image(b"", LIMITS)
+
+
+def test_a_truncated_jpeg_is_refused_not_half_decoded():
+    data = encode(np.random.default_rng(1).integers(0, 255, (200, 200, 3), np.uint8), "JPEG")
+    with pytest.raises(ImageError, match="cannot be decoded"):
+        decode_image(data[: len(data) // 2], LIMITS)
+
+
+def test_too_many_bytes_are_refused_before_opening():
+    with pytest.raises(ImageError, match="bytes, more than the limit"):
+        decode_image(b"\xff" * (LIMITS.max_bytes + 1), LIMITS)
+
+
+def test_a_png_header_claiming_100000x100000_pixels_is_refused_from_the_header():
+    with pytest.raises(ImageError, match="pixels"):
+        decode_image(png_header_only(100_000, 100_000), LIMITS)
+
+
+def test_a_header_just_over_the_pixel_limit_is_refused_with_its_size():
+    with pytest.raises(ImageError, match="2001x2000 pixels"):
+        decode_image(png_header_only(2001, 2000), LIMITS)
+
+
+def test_other_formats_are_refused_by_name():
+    buffer = io.BytesIO()
+    Image.fromarray(marked_image()).save(buffer, format="BMP")
+    with pytest.raises(ImageError, match="BMP is not accepted"):
+        decode_image(buffer.getvalue(), LIMITS)
