@@ -95,6 +95,17 @@ def test_a_photo_turned_in_pixels_is_found_by_the_rotation_retry(preprocessor, d
     assert difference < 4, difference
 
 
+def test_upside_down_photos_are_turned_back_though_the_detector_likes_them_upright(
+        detector, photos):
+    # At the shipped canvas size RetinaFace reads upside-down faces as upright ones
+    # with plausible-looking landmarks (scores 0.97-0.99); the retry must win.
+    upside_down = [jpeg(Image.open(io.BytesIO(d)).rotate(180), quality=95)
+                   for d in photos.values()]
+    results = FacePreprocessor(FaceSettings(), detector).run(upside_down)
+    assert [r.rotation for r in results] == [180] * len(photos)
+    assert all(r.template_error < 9 for r in results)
+
+
 def test_a_face_lying_on_its_side_is_not_taken_upright_even_if_the_detector_scores_it(
         detector, photos):
     # RetinaFace scores sideways faces highly, with landmarks in the wrong places.

@@ -43,6 +43,10 @@ def test_server_environment_puts_this_interpreters_bin_first_on_path(assembled):
     assert libs[-1] == "/x"
 
 
+def test_stubs_write_no_bytecode_into_version_folders_which_would_reload_them(assembled):
+    assert assembled.environment({})["PYTHONDONTWRITEBYTECODE"] == "1"
+
+
 def test_command_line_runs_poll_mode_on_the_chosen_ports_with_a_locked_repository_api(
     assembled, tmp_path
 ):
