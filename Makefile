@@ -23,6 +23,11 @@ $(VENV)/.installed: pyproject.toml constraints.txt scripts/system-deps.sh
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -c constraints.txt nvidia-pytriton
 	touch $@
 
+# PyTorch for `kyc models arcface` and its tests; not part of setup (the image has no torch).
+$(VENV)/.installed-arcface: $(VENV)/.installed
+	$(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev,arcface]'
+	touch $@
+
 models: deps
 	$(BIN)/kyc models fetch --repository $(REPOSITORY)
 
@@ -38,13 +43,13 @@ lint: deps
 	$(BIN)/hadolint Dockerfile
 
 ## test: lint, unit tests, integration tests against a real server
-test: setup lint
+test: setup lint $(VENV)/.installed-arcface
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-unit: deps
+unit: deps $(VENV)/.installed-arcface
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
 
-integration: setup
+integration: setup $(VENV)/.installed-arcface
 	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
 
 clean:

@@ -1,4 +1,4 @@
-"""``kyc models fetch|list``: the command-line face of kyc_export.
+"""``kyc models fetch|list|arcface``: the command-line face of kyc_export.
 
 The main ``kyc`` CLI registers these with :func:`add_models_parser`; the parsed
 namespace's ``func`` is :func:`handle_models`, which returns the exit status.
@@ -12,6 +12,9 @@ import logging
 import os
 import sys
 from pathlib import Path
+from types import ModuleType
+
+from kyc.repo.config_edit import ConfigEditError
 
 from .errors import KycExportError
 from .fetch import CACHE_ENV
@@ -19,6 +22,9 @@ from .manifest import Artifact, load_manifest
 from .pipeline import fetch_models
 
 REPOSITORY_ENV = "KYC_MODEL_REPOSITORY"
+# kyc_export.iresnet.ARCH_LAYERS, listed here so that the parser does not import torch.
+ARCFACE_ARCHS = ("r18", "r34", "r50", "r100")
+ARCFACE_INSTALL_HINT = "pip install -c constraints.txt -e '.[arcface]'"
 
 
 def add_models_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -29,7 +35,7 @@ def add_models_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
         description="Manage the ONNX models of the Triton model repository.",
     )
     models.set_defaults(func=handle_models)
-    actions = models.add_subparsers(dest="models_action", metavar="{fetch,list}")
+    actions = models.add_subparsers(dest="models_action", metavar="{fetch,list,arcface}")
     actions.required = True
 
     fetch = actions.add_parser(
@@ -39,13 +45,7 @@ def add_models_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
         "model to its served contract, validate it against config.pbtxt and install it as "
         "<repository>/<model>/1/. Models already current are skipped.",
     )
-    fetch.add_argument(
-        "--repository",
-        type=Path,
-        metavar="DIR",
-        default=Path(os.environ.get(REPOSITORY_ENV, "model_repository")),
-        help=f"Triton model repository (default: ${REPOSITORY_ENV} or ./model_repository)",
-    )
+    _add_repository_option(fetch)
     fetch.add_argument(
         "--model",
         dest="models",
@@ -64,7 +64,67 @@ def add_models_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     fetch.add_argument("--force", action="store_true", help="reconvert even if up to date")
 
     actions.add_parser("list", help="show the pinned model sources and licenses")
+    _add_arcface_parser(actions)
     return models
+
+
+def _add_repository_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--repository",
+        type=Path,
+        metavar="DIR",
+        default=Path(os.environ.get(REPOSITORY_ENV, "model_repository")),
+        help=f"Triton model repository (default: ${REPOSITORY_ENV} or ./model_repository)",
+    )
+
+
+def _add_arcface_parser(actions: argparse._SubParsersAction) -> None:
+    arcface = actions.add_parser(
+        "arcface",
+        help="export your own ArcFace IResNet checkpoint as face_embedding",
+        description="Export an insightface arcface_torch IResNet state_dict (backbone.pth) to "
+        "ONNX with face_embedding's contract baked in (FACE uint8 [N,112,112,3] RGB -> "
+        "EMBEDDING float32 [N,D], L2-normalised), checked against PyTorch with onnxruntime. "
+        f"Needs PyTorch: {ARCFACE_INSTALL_HINT}.",
+    )
+    steps = arcface.add_subparsers(dest="arcface_action", metavar="{export,publish}")
+    steps.required = True
+    export = steps.add_parser("export", help="write model.onnx and print the parity figures")
+    _add_arcface_source(export)
+    export.add_argument("--out", type=Path, required=True, metavar="FILE", help="ONNX file")
+    publish = steps.add_parser(
+        "publish",
+        help="publish as the next version of face_embedding; prints the version number",
+        description="Export, check, then publish the model as the next version of the model "
+        "and set the config's EMBEDDING dims (and match_threshold) to fit it, with no moment "
+        "at which a server could load a config with a version that does not fit it.",
+    )
+    _add_arcface_source(publish)
+    _add_repository_option(publish)
+    publish.add_argument(
+        "--model", default="face_embedding", metavar="NAME", help="default: face_embedding"
+    )
+    publish.add_argument(
+        "--match-threshold",
+        type=float,
+        metavar="X",
+        help="cosine similarity threshold for a face match, written as the config parameter "
+        "match_threshold; choose it for the new model on your own pairs",
+    )
+
+
+def _add_arcface_source(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--checkpoint", type=Path, metavar="FILE", help="a state_dict saved with torch.save"
+    )
+    source.add_argument(
+        "--random-init",
+        type=int,
+        metavar="SEED",
+        help="a seeded random network instead (demos and tests; its embeddings mean nothing)",
+    )
+    parser.add_argument("--arch", choices=ARCFACE_ARCHS, required=True, help="IResNet depth")
 
 
 def handle_models(args: argparse.Namespace) -> int:
@@ -72,8 +132,10 @@ def handle_models(args: argparse.Namespace) -> int:
     try:
         if args.models_action == "fetch":
             return _fetch(args)
+        if args.models_action == "arcface":
+            return _arcface(args)
         return _list()
-    except (KycExportError, OSError) as exc:
+    except (KycExportError, ConfigEditError, OSError) as exc:
         print(f"kyc models {args.models_action}: error: {exc}", file=sys.stderr)
         return 1
 
@@ -92,6 +154,56 @@ def _fetch(args: argparse.Namespace) -> int:
     )
     for r in results:
         print(f"{r.model}: {r.status} ({r.path / 'model.onnx'}, {r.size_bytes / 1e6:.1f} MB)")
+    return 0
+
+
+def _arcface(args: argparse.Namespace) -> int:
+    from kyc.repo.publish import PublishError
+
+    command = f"kyc models arcface {args.arcface_action}"
+    try:
+        from . import arcface
+    except ModuleNotFoundError as exc:
+        if exc.name != "torch":
+            raise
+        print(f"{command}: error: needs PyTorch: {ARCFACE_INSTALL_HINT}", file=sys.stderr)
+        return 1
+    try:
+        if args.arcface_action == "publish":
+            arcface.model_config(args.repository, args.model)  # fail before the export
+        return _arcface_export(args, arcface)
+    except PublishError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        print(f"{command}: error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _arcface_export(args: argparse.Namespace, arcface: ModuleType) -> int:
+    if args.checkpoint is not None:
+        backbone = arcface.load_checkpoint(args.checkpoint, args.arch)
+        source = arcface.checkpoint_metadata(args.checkpoint)
+    else:
+        backbone = arcface.random_backbone(args.arch, args.random_init)
+        source = {"kyc.source": f"random init, seed {args.random_init}"}
+    exported = arcface.export_arcface(backbone, args.arch, source)
+    parity = ", ".join(f"batch {b} max|diff| {d:.2e}" for b, d in exported.parity.items())
+    summary = (
+        f"{args.arch}: EMBEDDING {exported.dims}-d; torch vs onnxruntime {parity} "
+        f"(tolerance {arcface.PARITY_TOLERANCE:g})"
+    )
+    if args.arcface_action == "export":
+        path = arcface.save_model(exported.model, args.out)
+        print(summary)
+        print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+        return 0
+    _progress(summary)
+    result = arcface.publish_arcface(
+        args.repository, exported.model, model_name=args.model, match_threshold=args.match_threshold
+    )
+    for note in result.warnings:
+        print(f"warning: {note}", file=sys.stderr)
+    print(result.version)
     return 0
 
 

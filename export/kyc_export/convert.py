@@ -91,7 +91,7 @@ def load_retinaface(weights_py: bytes) -> onnx.ModelProto:
     raise ConversionError("face_detector: weights.py has no WEIGHTS assignment")
 
 
-def _preprocess(
+def preprocess_nodes(
     target: str,
     *,
     source: str,
@@ -134,7 +134,7 @@ def _preprocess(
     return nodes, inits
 
 
-def _finish(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
+def finish_model(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
     prune_unused(model)
     return finalize(model, name, __version__)
 
@@ -147,7 +147,9 @@ def convert_face_detector(weights_py: bytes) -> onnx.ModelProto:
     ``LANDMARKS [N,P,10]`` (raw prior-relative deltas, as the original graph emits them)."""
     model = load_retinaface(weights_py)
     require_io(model, "face_detector", ["input"], ["loc", "conf", "landmarks"])
-    pre, pre_inits = _preprocess("input", source="IMAGES", to_bgr=True, mean=RETINAFACE_MEAN_BGR)
+    pre, pre_inits = preprocess_nodes(
+        "input", source="IMAGES", to_bgr=True, mean=RETINAFACE_MEAN_BGR
+    )
     replace_input(
         model, "input", tensor_info("IMAGES", TensorProto.UINT8, ["N", "H", "W", 3]), pre, pre_inits
     )
@@ -166,7 +168,7 @@ def convert_face_detector(weights_py: bytes) -> onnx.ModelProto:
         initializers=[const("kyc_post/face_class", 1, np.int64)],
         renames={"loc": "LOC", "landmarks": "LANDMARKS"},
     )
-    return _finish(model, "face_detector")
+    return finish_model(model, "face_detector")
 
 
 # --------------------------------------------------------------------------- face_embedding
@@ -197,15 +199,16 @@ def _convert_face_embedding(model_bytes: bytes) -> tuple[onnx.ModelProto, SfaceF
     model = _lower_opset(model, SFACE_TARGET_OPSET)
     # SFace normalises internally ((x - 127.5) / 128); OpenCV's FaceRecognizerSF feeds
     # blobFromImage(swapRB=true, scale 1, no mean) of a BGR image, i.e. RGB 0..255 NCHW.
-    pre, pre_inits = _preprocess("data", source="FACE", to_bgr=False)
+    pre, pre_inits = preprocess_nodes("data", source="FACE", to_bgr=False)
     replace_input(
         model, "data", tensor_info("FACE", TensorProto.UINT8, ["N", 112, 112, 3]), pre, pre_inits
     )
-    post, post_inits = _l2_normalize("fc1", "EMBEDDING", opset_version(model))
+    post, post_inits = l2_normalize_nodes("fc1", "EMBEDDING", opset_version(model))
     replace_outputs(
         model, [tensor_info("EMBEDDING", TensorProto.FLOAT, ["N", 128])], post, post_inits
     )
-    return _finish(model, "face_embedding"), SfaceFoldReport(dequantized, reshapes, removed_inputs)
+    report = SfaceFoldReport(dequantized, reshapes, removed_inputs)
+    return finish_model(model, "face_embedding"), report
 
 
 def _lower_opset(model: onnx.ModelProto, target: int) -> onnx.ModelProto:
@@ -225,7 +228,7 @@ def _lower_opset(model: onnx.ModelProto, target: int) -> onnx.ModelProto:
     return lowered
 
 
-def _l2_normalize(
+def l2_normalize_nodes(
     source: str, target: str, opset: int
 ) -> tuple[list[onnx.NodeProto], list[TensorProto]]:
     p = "kyc_post"
@@ -249,7 +252,7 @@ def convert_ocr_det(model_bytes: bytes) -> onnx.ModelProto:
     # (x / 255 - mean) / std == (x - 255 * mean) * (1 / (255 * std))
     mean = [255.0 * m for m in PADDLE_DET_MEAN]
     scale = [1.0 / (255.0 * s) for s in PADDLE_DET_STD]
-    pre, pre_inits = _preprocess("x", source="IMAGES", to_bgr=True, mean=mean, scale=scale)
+    pre, pre_inits = preprocess_nodes("x", source="IMAGES", to_bgr=True, mean=mean, scale=scale)
     replace_input(
         model, "x", tensor_info("IMAGES", TensorProto.UINT8, ["N", "H", "W", 3]), pre, pre_inits
     )
@@ -259,7 +262,7 @@ def convert_ocr_det(model_bytes: bytes) -> onnx.ModelProto:
     replace_outputs(
         model, [tensor_info("PROB_MAP", TensorProto.FLOAT, ["N", "H", "W"])], [squeeze], sq_inits
     )
-    return _finish(model, "ocr_det")
+    return finish_model(model, "ocr_det")
 
 
 # --------------------------------------------------------------------------- ocr_rec
@@ -298,7 +301,7 @@ def convert_ocr_rec(model_bytes: bytes, dict_bytes: bytes) -> tuple[onnx.ModelPr
             "(expected blank + dictionary + space)"
         )
     # (x / 255 - 0.5) / 0.5 == (x - 127.5) / 127.5
-    pre, pre_inits = _preprocess(
+    pre, pre_inits = preprocess_nodes(
         "x", source="IMAGES", to_bgr=True, mean=[127.5] * 3, scale=[1 / 127.5] * 3
     )
     replace_input(
@@ -312,7 +315,7 @@ def convert_ocr_rec(model_bytes: bytes, dict_bytes: bytes) -> tuple[onnx.ModelPr
     # The shipped value is a saved GitHub web page, not the dictionary.
     set_metadata(model, {"character": "\n".join([*entries, " "])})
     dict_txt = ("\n".join(entries) + "\n").encode("utf-8")
-    return _finish(model, "ocr_rec"), dict_txt
+    return finish_model(model, "ocr_rec"), dict_txt
 
 
 def _last_dim(model: onnx.ModelProto, output: str) -> int | None:

@@ -62,8 +62,10 @@ def test_face_detector_scores_are_the_face_class_probability():
 
 def test_parity_check_catches_a_converter_that_forgets_the_bgr_swap(monkeypatch):
     original = synthetic.retinaface_model()
-    real = convert._preprocess
-    monkeypatch.setattr(convert, "_preprocess", lambda *a, **k: real(*a, **{**k, "to_bgr": False}))
+    real = convert.preprocess_nodes
+    monkeypatch.setattr(
+        convert, "preprocess_nodes", lambda *a, **k: real(*a, **{**k, "to_bgr": False})
+    )
     wrong = convert.convert_face_detector(synthetic.retinaface_weights_py(original))
 
     with pytest.raises(ParityError, match="face_detector"):

@@ -195,3 +195,53 @@ def test_check_reports_a_float64_model_configured_as_fp32(tiny_repository, onnx_
     onnx_factory(tiny_repository / "double" / "1" / "model.onnx", elem_type=TensorProto.DOUBLE)
     found = messages(tiny_repository)
     assert any("'X' is TYPE_FP32 in the config but TYPE_FP64 in the model" in m for m in found)
+
+
+def add_wider_double_version(repo: Path, onnx_factory) -> None:
+    """double version 2 takes and gives 3 values, and the config now says so."""
+    onnx_factory(repo / "double" / "2" / "model.onnx", shape=("batch", 3))
+    for tensor in ("X", "Y"):
+        set_config(repo, "double", f'name: "{tensor}" data_type: TYPE_FP32 dims: [ 2 ]',
+                   f'name: "{tensor}" data_type: TYPE_FP32 dims: [ 3 ]')
+    set_config(repo, "pipe", "dims: [ 2 ]", "dims: [ 3 ]")
+    set_config(repo, "echo", "dims: [ 2 ]", "dims: [ 3 ]")
+
+
+def test_check_compares_only_the_versions_the_default_version_policy_serves(
+    tiny_repository, onnx_factory
+):
+    add_wider_double_version(tiny_repository, onnx_factory)
+    # version 1 (2 values) no longer fits, but Triton only loads the latest version
+    assert check_repository(tiny_repository) == []
+
+
+def test_check_compares_every_version_a_version_policy_of_all_serves(
+    tiny_repository, onnx_factory
+):
+    add_wider_double_version(tiny_repository, onnx_factory)
+    with open(tiny_repository / "double" / "config.pbtxt", "a") as f:
+        f.write("version_policy: { all: {} }\n")
+    assert messages(tiny_repository) == [
+        "repo/double/1/model.onnx: input 'X' dim 0 is 3 in the config but 2 in the model",
+        "repo/double/1/model.onnx: output 'Y' dim 0 is 3 in the config but 2 in the model",
+    ]
+
+
+def test_check_compares_the_versions_a_specific_version_policy_names(
+    tiny_repository, onnx_factory
+):
+    add_wider_double_version(tiny_repository, onnx_factory)
+    with open(tiny_repository / "double" / "config.pbtxt", "a") as f:
+        f.write("version_policy: { specific: { versions: [ 1 ] } }\n")
+    assert [m for m in messages(tiny_repository) if "double/2" in m] == []
+    assert len([m for m in messages(tiny_repository) if "double/1" in m]) == 2
+
+
+def test_check_still_requires_the_model_file_of_a_version_it_does_not_serve(
+    tiny_repository, onnx_factory
+):
+    add_wider_double_version(tiny_repository, onnx_factory)
+    (tiny_repository / "double" / "1" / "model.onnx").unlink()
+    assert messages(tiny_repository) == [
+        "repo/double/1/model.onnx: missing: version folder has no model.onnx"
+    ]

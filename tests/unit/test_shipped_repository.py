@@ -69,3 +69,24 @@ def test_every_served_model_has_a_manifest_entry_with_a_license_and_pinned_sha25
         assert spec.license
         assert len(spec.source.sha256) == 64
         assert all(len(m.sha256) == 64 for m in spec.members.values())
+
+
+def _config(model: str):
+    return load_config(SHIPPED_REPOSITORY / model / "config.pbtxt")
+
+
+def test_face_preprocess_fits_its_bls_batch_into_the_detector_and_feeds_the_embedding():
+    preprocess = _config("face_preprocess")
+    detector = _config("face_detector")
+    parameters = {k: v.string_value for k, v in preprocess.parameters.items()}
+    assert parameters["detector_model"] == "face_detector"
+    assert int(parameters["detector_max_batch"]) == detector.max_batch_size
+    assert preprocess.max_batch_size <= detector.max_batch_size  # one BLS call per execute
+    (face_out,) = [t for t in preprocess.output if t.name == "FACE"]
+    (face_in,) = _config("face_embedding").input
+    assert (face_out.data_type, list(face_out.dims)) == (face_in.data_type, list(face_in.dims))
+
+
+def test_the_face_match_threshold_lives_in_the_embedding_config():
+    threshold = float(_config("face_embedding").parameters["match_threshold"].string_value)
+    assert 0 < threshold < 1

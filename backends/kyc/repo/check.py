@@ -6,12 +6,18 @@ skipped: a config Triton cannot parse, an ONNX file whose tensors disagree with
 its config, a version folder without its model file (in poll mode that wedges
 the server), an ensemble wired to a model or tensor that does not exist, a
 TensorRT profile that does not cover ``max_batch_size``.
+
+A model file is compared with its config only in the versions the config's
+``version_policy`` serves (default: the latest): Triton never loads the others, and
+after a change of a model's outputs (a 512-d embedding replacing a 128-d one) the
+older versions stay on disk, for a rollback, without fitting the new config. Every
+version folder must still hold its model file.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +53,20 @@ def version_dirs(model_dir: Path) -> list[Path]:
     """Numeric version folders, in version order."""
     found = [p for p in model_dir.iterdir() if p.is_dir() and is_version_name(p.name)]
     return sorted(found, key=lambda p: int(p.name))
+
+
+def served_versions(config: ModelConfig, versions: Sequence[Path]) -> list[Path]:
+    """The numeric version folders Triton loads under the config's ``version_policy``."""
+    ordered = sorted(versions, key=lambda p: int(p.name))
+    policy = config.version_policy
+    choice = policy.WhichOneof("policy_choice")
+    if choice == "all":
+        return ordered
+    if choice == "specific":
+        wanted = set(policy.specific.versions)
+        return [v for v in ordered if int(v.name) in wanted]
+    latest = policy.latest.num_versions if choice == "latest" else 1
+    return ordered[-max(latest, 1) :] if ordered else []
 
 
 def _rel(path: Path, root: Path) -> str:
@@ -94,7 +114,9 @@ def check_model(
     """Check one model folder; ``versions`` limits the version folders checked.
 
     ``versions`` may name folders that are not (yet) numeric, such as a staged
-    version that ``kyc repo publish`` is about to rename into place.
+    version that ``kyc repo publish`` is about to rename into place; each of them is
+    compared with the config. Without ``versions``, every numeric version is checked
+    and those the version policy serves are compared with the config.
     """
     root = root or model_dir.parent
     problems: list[Problem] = []
@@ -129,9 +151,13 @@ def check_model(
         if not versions:
             problems.append(Problem(_rel(model_dir, root), "no numeric version folder"))
         problems.extend(_check_version_policy(config, versions, config_path, root))
+        served = set(served_versions(config, versions))
+    else:
+        versions = list(versions)
+        served = set(versions)
     for version in versions:
         checked.versions.append(version.name)
-        problems.extend(check_version(config, version, root))
+        problems.extend(check_version(config, version, root, against_config=version in served))
     return checked, problems
 
 
@@ -176,8 +202,11 @@ def _check_version_policy(
     ]
 
 
-def check_version(config: ModelConfig, version_dir: Path, root: Path) -> list[Problem]:
-    """The version folder holds what its backend needs, and it agrees with the config."""
+def check_version(
+    config: ModelConfig, version_dir: Path, root: Path, *, against_config: bool = True
+) -> list[Problem]:
+    """The version folder holds what its backend needs, and (``against_config``) its
+    model file agrees with the config."""
     kind = model_kind(config)
     if kind.model_file is None:
         return []
@@ -188,7 +217,7 @@ def check_version(config: ModelConfig, version_dir: Path, root: Path) -> list[Pr
         return [Problem(where, f"missing: version folder has no {kind.model_file}{hint}")]
     if kind.name == "python":
         return _check_python_file(model_file, where)
-    if kind.name == "onnx":
+    if kind.name == "onnx" and against_config:
         return check_onnx_against_config(config, model_file, where)
     return []
 
