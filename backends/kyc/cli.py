@@ -179,6 +179,34 @@ def cmd_health(args: argparse.Namespace) -> int:
     return 0 if is_ready(args.url, timeout=args.timeout) else 1
 
 
+# -- bench ------------------------------------------------------------------------
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from kyc.bench import BenchError, BenchOptions, format_table, run_bench, write_json
+    from kyc.runtime.triton import TritonNotFoundError
+
+    options = BenchOptions.for_run(quick=args.quick, model_repository=args.model_repository,
+                                   requests=args.requests, concurrency=args.concurrency)
+    try:
+        report = run_bench(options)
+    except (BenchError, TritonNotFoundError, OSError) as exc:
+        print(f"kyc bench: {exc}", file=sys.stderr)
+        return 1
+    print(format_table(report))
+    if args.json is not None:
+        write_json(report, args.json)
+    errors = sum(s["errors"] for s in report["scenarios"].values())
+    if errors:
+        print(f"kyc bench: {errors} request(s) failed", file=sys.stderr)
+    return 1 if errors else 0
+
+
 # -- parser -------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kyc", description=__doc__)
@@ -227,6 +255,16 @@ def build_parser() -> argparse.ArgumentParser:
     from kyc_export.cli import add_models_parser
 
     add_models_parser(sub)
+
+    bench = sub.add_parser("bench", help="throughput and latency: served vs in process")
+    bench.add_argument("--quick", action="store_true", help="a short run (well under a minute)")
+    bench.add_argument("--json", type=Path, default=None, help="write the figures to FILE")
+    bench.add_argument("--concurrency", type=_positive_int, default=None,
+                       help="clients in flight")
+    bench.add_argument("--requests", type=_positive_int, default=None,
+                       help="measured requests per scenario")
+    bench.add_argument("--model-repository", type=Path, default=DEFAULT_REPOSITORY)
+    bench.set_defaults(func=cmd_bench)
 
     health = sub.add_parser("health", help="exit 0 when the server is ready")
     health.add_argument("--url", default="127.0.0.1:8000", help="HTTP host:port")
