@@ -104,3 +104,32 @@ def test_the_shipped_config_sets_every_setting_explicitly():
 
     parameters = set(shipped_config().get("parameters", {}))
     assert parameters == {f.name for f in fields(FaceSettings)}
+
+
+def test_an_unexpected_failure_on_one_image_answers_only_its_request_with_internal(
+        model, photo, monkeypatch):
+    from kyc.face import preprocess
+
+    real = preprocess.warp_face
+    calls = []
+
+    def flaky(image, landmarks, *args):
+        calls.append(1)
+        if len(calls) == 2:
+            raise FloatingPointError("simulated")
+        return real(image, landmarks, *args)
+
+    monkeypatch.setattr(preprocess, "warp_face", flaky)
+    responses = model.execute([image_request(photo), image_request(photo), image_request(photo)])
+    assert [r.error() is None for r in responses] == [True, False, True]
+    assert responses[1].error().code == FakeError.INTERNAL
+    assert "FloatingPointError" in responses[1].error().message()
+
+
+def test_nothing_raises_out_of_execute(model, photo, monkeypatch):
+    def broken(images):
+        raise MemoryError
+
+    monkeypatch.setattr(model.preprocessor, "run", broken)
+    responses = model.execute([image_request(photo), image_request(photo)])
+    assert [r.error().code for r in responses] == [FakeError.INTERNAL] * 2

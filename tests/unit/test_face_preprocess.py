@@ -32,9 +32,11 @@ class CountingDetector:
             str(SHIPPED_REPOSITORY / "face_detector" / "1" / "model.onnx"),
             providers=["CPUExecutionProvider"])
         self.batches: list[int] = []
+        self.sides: list[int] = []
 
     def __call__(self, batch: np.ndarray):
         self.batches.append(len(batch))
+        self.sides.append(batch.shape[1])
         return tuple(self.session.run(["LOC", "SCORES", "LANDMARKS"], {"IMAGES": batch}))
 
 
@@ -71,6 +73,16 @@ def test_every_real_photo_gives_one_face_in_one_detector_call(preprocessor, dete
         assert result.face.shape == (112, 112, 3) and result.face.std() > 20, name
         # eyes, nose and mouth land on the template within a few pixels
         assert template_error(result.landmarks) < 8, name
+
+
+def test_small_images_are_not_blown_up_to_the_full_canvas(detector, photos):
+    small = photos["person_a_1"]  # 204 x 244 pixels
+    detector.sides.clear()
+    preprocessor = FacePreprocessor(FaceSettings(), detector)
+    (alone,) = preprocessor.run([small])
+    assert alone.found and detector.sides == [256]
+    preprocessor.run([small, photos["person_a_2"]])
+    assert detector.sides[-1] == 640  # the batch takes the canvas of its largest image
 
 
 def test_the_batch_is_split_only_beyond_the_detector_batch_size(detector, photos):

@@ -62,6 +62,10 @@ class TritonPythonModel:
         except BlsError as exc:
             log.error("face_preprocess: %d requests failed: %s", len(requests), exc)
             return [error_response(str(exc), invalid_argument=False) for _ in requests]
+        except Exception as exc:  # never raise out of execute: answer every request
+            log.exception("face_preprocess: %d requests failed", len(requests))
+            message = f"face_preprocess failed: {type(exc).__name__}"
+            return [error_response(message, invalid_argument=False) for _ in requests]
         responses = [self._respond(span, results) for span in spans]
         log.info("face_preprocess: %d requests, %d images in %.1f ms", len(requests),
                  len(images), (time.perf_counter() - started) * 1e3)
@@ -73,7 +77,8 @@ class TritonPythonModel:
             return error_response(str(span))
         mine = [results[i] for i in span]
         for k, result in enumerate(mine):
-            if isinstance(result, ImageError):
+            if isinstance(result, Exception):
                 where = "IMAGE" if len(mine) == 1 else f"IMAGE[{k}]"
-                return error_response(f"{where}: {result}")
+                return error_response(f"{where}: {result}",
+                                      invalid_argument=isinstance(result, ImageError))
         return tensor_response(result_tensors(mine))

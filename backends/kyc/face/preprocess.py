@@ -46,6 +46,10 @@ log = logging.getLogger(__name__)
 Detector = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
+class FaceProcessingError(RuntimeError):
+    """An unexpected failure on one image (answered INTERNAL, the others go on)."""
+
+
 @dataclass(frozen=True)
 class FaceSettings:
     """``face_preprocess`` parameters (config ``parameters``; defaults here only)."""
@@ -103,10 +107,11 @@ class FacePreprocessor:
         self.settings = settings
         self.detector = detector
 
-    def run(self, images: Sequence[bytes]) -> list[FaceResult | ImageError]:
-        """One result per encoded image, in order; bad images get their own ImageError."""
+    def run(self, images: Sequence[bytes]) -> list[FaceResult | ImageError | FaceProcessingError]:
+        """One result per encoded image, in order; bad images get their own ImageError,
+        an unexpected failure on one image its own FaceProcessingError."""
         started = time.perf_counter()
-        results: list[FaceResult | ImageError | None] = [None] * len(images)
+        results: list = [None] * len(images)
         work: dict[int, _Work] = {}
         for i, data in enumerate(images):
             try:
@@ -121,7 +126,13 @@ class FacePreprocessor:
         if missing and self.settings.try_rotations:
             self._retry_rotated(missing, work)
         for i, w in work.items():
-            results[i] = self._finish(w)
+            try:
+                results[i] = self._finish(w)
+            except Exception as exc:  # one image's failure must not cost the others
+                log.exception("face_preprocess: alignment failed for image %d of %d", i,
+                              len(images))
+                results[i] = FaceProcessingError(f"the face could not be processed: "
+                                                 f"{type(exc).__name__}")
         log.debug(
             "face_preprocess: %d images (%d undecodable, %d retried rotated) decode %.1f ms, "
             "total %.1f ms",
@@ -137,10 +148,10 @@ class FacePreprocessor:
         beyond the detector's max batch size)."""
         if not jobs:
             return {}
-        size = self.settings.detector_size
+        turned_images = [np.rot90(pixels, turns) if turns else pixels for _, pixels, turns in jobs]
+        size = self._canvas_size(turned_images)
         canvases, frames = [], []
-        for _, pixels, turns in jobs:
-            turned = np.rot90(pixels, turns) if turns else pixels
+        for turned in turned_images:
             canvas, box = letterbox(turned, size)
             canvases.append(canvas)
             frames.append((box, turned.shape[:2]))
@@ -159,6 +170,14 @@ class FacePreprocessor:
 
     def _confident(self, result: FaceResult) -> bool:
         return result.plausible and result.score >= self.settings.upright_score
+
+    def _canvas_size(self, images: list[np.ndarray]) -> int:
+        """The batch's square canvas: ``detector_size``, or less when every image is
+        smaller (small images are not blown up: the detector's cost grows with the
+        canvas), rounded up to the detector's stride of 32."""
+        largest = max(max(image.shape[:2]) for image in images)
+        side = min(self.settings.detector_size, -(-largest // 32) * 32)
+        return max(side, 64)
 
     def _retry_rotated(self, missing: list[int], work: dict[int, _Work]) -> None:
         """The other three quarter turns of every image without a face, in one call."""

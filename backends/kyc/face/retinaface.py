@@ -19,7 +19,7 @@ MIN_SIZES = ((16, 32), (64, 128), (256, 512))
 VARIANCES = (0.1, 0.2)
 
 
-@lru_cache(maxsize=8)
+@lru_cache(maxsize=64)
 def priors(height: int, width: int) -> np.ndarray:
     """``[P, 4]`` anchors (cx, cy, w, h) in pixels, in the model's output order."""
     blocks = []
