@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Debian/Ubuntu packages the project needs, installed only when missing.
 #   libpython<X.Y>     the Python-backend stub of the local Triton links it
-#   fonts-dejavu-core  real fonts for rendered test documents
+#   fonts-dejavu-core  real fonts for rendered test documents (visual zone)
+#   fonts-ocr-b        the OCR-B typeface of machine-readable zones (rendered test documents)
 set -euo pipefail
 py="${1:?usage: system-deps.sh PYTHON_MAJOR.MINOR}"
-wanted=("libpython${py}" fonts-dejavu-core)
+wanted=("libpython${py}" fonts-dejavu-core fonts-ocr-b)
 missing=()
 for pkg in "${wanted[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

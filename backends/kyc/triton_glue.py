@@ -7,7 +7,7 @@ is imported when first needed; unit tests put a fake module in its place.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -107,3 +107,22 @@ def bls_infer(
 def config_parameters(config: Mapping) -> dict[str, str]:
     """The config's ``parameters`` as plain strings."""
     return {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
+
+
+def gather(requests: Sequence[Any], items: Callable[[Any], list]) -> tuple[list, list]:
+    """Gather the items of every request into one list, for one batched run.
+
+    Returns (spans, flat): per request the ``range`` of its items in ``flat``, or the
+    :class:`RequestError` that ``items`` raised for it (answered INVALID_ARG).
+    """
+    spans: list[range | RequestError] = []
+    flat: list = []
+    for request in requests:
+        try:
+            mine = items(request)
+        except RequestError as exc:
+            spans.append(exc)
+            continue
+        spans.append(range(len(flat), len(flat) + len(mine)))
+        flat += mine
+    return spans, flat

@@ -6,12 +6,10 @@ the manifest); the match threshold is read from the served face_embedding config
 
 from __future__ import annotations
 
-import functools
 import io
 import itertools
 import json
 import struct
-import threading
 import zlib
 
 import numpy as np
@@ -23,6 +21,7 @@ from kyc.face.align import ARCFACE_TEMPLATE
 from kyc.face.retinaface import detect_batch
 from kyc.runtime.server import is_ready
 from kyc_export import fetch
+from kyc_testing import concurrently
 
 pytestmark = pytest.mark.integration
 
@@ -77,31 +76,6 @@ def jpeg(image: Image.Image, **kwargs) -> bytes:
     buffer = io.BytesIO()
     image.save(buffer, format="JPEG", **kwargs)
     return buffer.getvalue()
-
-
-def concurrently(url: str, model: str, inputs: list[list[grpcclient.InferInput]]) -> list:
-    """Send every request at once (so they share a batch); results or exceptions, in order."""
-    results: list = [None] * len(inputs)
-    done = threading.Event()
-    lock = threading.Lock()
-    pending = [len(inputs)]
-    client = grpcclient.InferenceServerClient(url)
-
-    def callback(index, result, error):
-        with lock:
-            results[index] = error if error is not None else result
-            pending[0] -= 1
-            if pending[0] == 0:
-                done.set()
-
-    try:
-        for index, tensors in enumerate(inputs):
-            client.async_infer(model, tensors, functools.partial(callback, index),
-                               client_timeout=120)
-        assert done.wait(180), "requests did not finish"
-    finally:
-        client.close()
-    return results
 
 
 # -- real photos -------------------------------------------------------------------

@@ -42,3 +42,20 @@ def test_the_face_matching_snippet_tells_people_apart(server, document, selfie, 
             .replace('"selfie.jpg"', repr(str(photos[selfie]))))
     printed = run_snippet(code)
     assert printed.startswith("score ") and printed.rstrip().endswith(verdict), printed
+
+
+def test_the_document_snippet_reads_a_rendered_document(server, tmp_path):
+    import numpy as np
+
+    from kyc.document.synthetic import Degradation, random_identity, render_document
+
+    rng = np.random.default_rng(42)
+    doc = render_document(random_identity(rng), "td3", None, Degradation(), rng)
+    path = tmp_path / "document.jpg"
+    path.write_bytes(doc.jpeg_bytes())
+    code = (readme_snippet("Reading a document")
+            .replace('"localhost:8001"', repr(server.options.grpc_url))
+            .replace('"document.jpg"', repr(str(path))))
+    printed = run_snippet(code).splitlines()
+    assert printed[0].endswith("MRZ valid: True"), printed
+    assert printed[1] == f"{doc.fields['document_number']} {doc.fields['expiry_date']}"

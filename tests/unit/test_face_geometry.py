@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from kyc.face.align import ARCFACE_TEMPLATE, apply, umeyama, warp_face
-from kyc.face.geometry import choose_face, letterbox, unrotate_box, unrotate_points
+from kyc.face.geometry import choose_face, unrotate_box, unrotate_points
 from kyc.face.retinaface import VARIANCES, decode, detect_batch, nms, priors
+from kyc.image import letterbox
 
 
 # -- priors and decoding -------------------------------------------------------------

@@ -1,38 +1,8 @@
-"""Image geometry for the face path: letterboxing, quarter turns and face choice."""
+"""Image geometry for the face path: quarter turns and face choice."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
-from PIL import Image
-
-
-@dataclass(frozen=True)
-class Letterbox:
-    """Where an image sits in a square detector canvas (top-left, scaled to fit)."""
-
-    scale_x: float  # canvas pixels per image pixel
-    scale_y: float
-
-    def to_image(self, points: np.ndarray) -> np.ndarray:
-        """Canvas coordinates ``[..., 2]`` (or boxes ``[..., 4]``) to image coordinates."""
-        factors = np.array([self.scale_x, self.scale_y] * (points.shape[-1] // 2))
-        return points / factors
-
-
-def letterbox(image: np.ndarray, size: int) -> tuple[np.ndarray, Letterbox]:
-    """``image`` scaled to fit a ``size`` x ``size`` black canvas, at its top-left corner."""
-    height, width = image.shape[:2]
-    factor = size / max(height, width)
-    new_w, new_h = max(1, round(width * factor)), max(1, round(height * factor))
-    canvas = np.zeros((size, size, 3), dtype=np.uint8)
-    if (new_w, new_h) == (width, height):
-        canvas[:height, :width] = image
-    else:
-        resized = Image.fromarray(image).resize((new_w, new_h), Image.Resampling.BILINEAR)
-        canvas[:new_h, :new_w] = np.asarray(resized)
-    return canvas, Letterbox(scale_x=new_w / width, scale_y=new_h / height)
 
 
 def unrotate_points(points: np.ndarray, quarter_turns: int, shape: tuple[int, int]) -> np.ndarray:

@@ -13,8 +13,8 @@ import time
 
 import numpy as np
 
-from kyc.face.decode import ImageError
 from kyc.face.preprocess import FacePreprocessor, FaceSettings, result_tensors
+from kyc.image import ImageError
 from kyc.settings import from_parameters
 from kyc.triton_glue import (
     BlsError,
@@ -23,6 +23,7 @@ from kyc.triton_glue import (
     config_parameters,
     encoded_items,
     error_response,
+    gather,
     parse_model_config,
     tensor_response,
 )
@@ -47,16 +48,7 @@ class TritonPythonModel:
 
     def execute(self, requests: list) -> list:
         started = time.perf_counter()
-        spans: list[range | RequestError] = []
-        images: list[bytes] = []
-        for request in requests:
-            try:
-                items = encoded_items(request, "IMAGE")
-            except RequestError as exc:
-                spans.append(exc)
-                continue
-            spans.append(range(len(images), len(images) + len(items)))
-            images += items
+        spans, images = gather(requests, lambda r: encoded_items(r, "IMAGE"))
         try:
             results = self.preprocessor.run(images)
         except BlsError as exc:

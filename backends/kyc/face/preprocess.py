@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kyc.face.align import FACE_SIZE, template_error, warp_face
-from kyc.face.decode import DecodedImage, ImageError, ImageLimits, decode_image
-from kyc.face.geometry import choose_face, letterbox, unrotate_box, unrotate_points
+from kyc.face.geometry import choose_face, unrotate_box, unrotate_points
 from kyc.face.quality import face_quality
 from kyc.face.retinaface import Detections, detect_batch
+from kyc.image import DecodedImage, ImageError, ImageLimits, decode_image, letterbox
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from kyc.face.decode import ImageError, ImageLimits, decode_image
+from kyc.image import ImageError, ImageLimits, decode_image
 
 LIMITS = ImageLimits(max_bytes=2_000_000, max_pixels=4_000_000, work_max_side=800)
 

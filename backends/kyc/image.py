@@ -107,3 +107,30 @@ def _reason(exc: Exception) -> str:
     # Pillow's messages name the problem ("image file is truncated (3 bytes not processed)");
     # they never contain pixel data. Keep them short.
     return (text[:160] or type(exc).__name__).rstrip(".")
+
+
+@dataclass(frozen=True)
+class Letterbox:
+    """Where an image sits in a square detector canvas (top-left, scaled to fit)."""
+
+    scale_x: float  # canvas pixels per image pixel
+    scale_y: float
+
+    def to_image(self, points: np.ndarray) -> np.ndarray:
+        """Canvas coordinates ``[..., 2]`` (or boxes ``[..., 4]``) to image coordinates."""
+        factors = np.array([self.scale_x, self.scale_y] * (points.shape[-1] // 2))
+        return points / factors
+
+
+def letterbox(image: np.ndarray, size: int) -> tuple[np.ndarray, Letterbox]:
+    """``image`` scaled to fit a ``size`` x ``size`` black canvas, at its top-left corner."""
+    height, width = image.shape[:2]
+    factor = size / max(height, width)
+    new_w, new_h = max(1, round(width * factor)), max(1, round(height * factor))
+    canvas = np.zeros((size, size, 3), dtype=np.uint8)
+    if (new_w, new_h) == (width, height):
+        canvas[:height, :width] = image
+    else:
+        resized = Image.fromarray(image).resize((new_w, new_h), Image.Resampling.BILINEAR)
+        canvas[:new_h, :new_w] = np.asarray(resized)
+    return canvas, Letterbox(scale_x=new_w / width, scale_y=new_h / height)

@@ -1,0 +1,119 @@
+"""DB postprocess, crops, reading order, recogniser batching and CTC decoding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kyc.document.db import DBSettings, order_points, text_boxes
+from kyc.document.lines import (
+    PAD_VALUE,
+    REC_HEIGHT,
+    class_mask,
+    crop_line,
+    ctc_greedy,
+    plan_batches,
+    reading_order,
+)
+
+
+def prob_map_with(*rects, shape=(200, 300), value=0.9) -> np.ndarray:
+    prob = np.zeros(shape, np.float32)
+    for x0, y0, x1, y1 in rects:
+        prob[y0:y1, x0:x1] = value
+    return prob
+
+
+# -- DB postprocess --------------------------------------------------------------------
+def test_each_text_region_gives_one_box_grown_back_by_the_unclip_ratio():
+    prob = prob_map_with((20, 30, 120, 46), (150, 100, 280, 120))
+    boxes = sorted(text_boxes(prob, DBSettings()), key=lambda b: b.points[0, 1])
+    assert len(boxes) == 2
+    first = boxes[0].points
+    # The shrunk region (100 x 16) is grown on every side by area*1.5/perimeter = 10.3.
+    assert first[0, 0] == pytest.approx(20 - 10.3, abs=1.5)
+    assert first[2, 1] == pytest.approx(46 + 10.3, abs=1.5)
+    assert boxes[0].score == pytest.approx(0.9, abs=0.01)
+
+
+def test_weak_and_tiny_regions_are_dropped():
+    weak = prob_map_with((20, 30, 120, 46), value=0.5)  # above thresh, below box_thresh
+    tiny = prob_map_with((20, 30, 22, 32))
+    assert text_boxes(weak, DBSettings()) == []
+    assert text_boxes(tiny, DBSettings()) == []
+    assert text_boxes(np.zeros((64, 64), np.float32), DBSettings()) == []
+
+
+def test_boxes_stay_inside_the_map():
+    boxes = text_boxes(prob_map_with((0, 0, 100, 20)), DBSettings())
+    assert boxes and boxes[0].points.min() >= 0
+
+
+def test_corners_are_ordered_clockwise_from_top_left():
+    shuffled = np.array([[10, 20], [0, 0], [10, 0], [0, 20]], np.float32)
+    np.testing.assert_array_equal(order_points(shuffled), [[0, 0], [10, 0], [10, 20], [0, 20]])
+
+
+# -- crops and reading order -----------------------------------------------------------
+def test_a_crop_is_the_box_warped_upright():
+    image = np.zeros((100, 200, 3), np.uint8)
+    image[40:60, 50:150] = 255
+    crop = crop_line(image, np.array([[50, 40], [150, 40], [150, 60], [50, 60]], np.float32))
+    assert crop.shape[:2] == (20, 100)
+    assert crop[2:-2, 2:-2].min() > 200
+
+
+def test_a_tall_crop_is_turned_to_read_left_to_right():
+    image = np.zeros((200, 100, 3), np.uint8)
+    crop = crop_line(image, np.array([[40, 20], [60, 20], [60, 180], [40, 180]], np.float32))
+    assert crop.shape[:2] == (20, 160)
+
+
+def box(x, y, w=50, h=20):
+    return np.array([[x, y], [x + w, y], [x + w, y + h], [x, y + h]], np.float32)
+
+
+def test_reading_order_is_by_line_then_left_to_right():
+    boxes = [box(200, 103), box(10, 100), box(10, 10), box(120, 12, h=18), box(10, 200)]
+    assert reading_order(boxes) == [2, 3, 1, 0, 4]
+    assert reading_order([]) == []
+
+
+# -- recogniser batching ---------------------------------------------------------------
+def test_crops_of_similar_width_share_a_call_and_padding_is_bounded():
+    crops = [np.full((24, w, 3), 10, np.uint8) for w in (100, 400, 110, 420, 105)]
+    batches = plan_batches(crops, max_batch=64)
+    assert sorted(sorted(b.indices) for b in batches) == [[0, 2, 4], [1, 3]]
+    for batch in batches:
+        assert batch.images.shape[1] == REC_HEIGHT and batch.images.shape[2] % 8 == 0
+        assert min(batch.widths) >= 0.5 * batch.images.shape[2]
+        row = batch.indices.index(min(batch.indices, key=lambda i: crops[i].shape[1]))
+        assert (batch.images[row, :, batch.widths[row]:] == PAD_VALUE).all()
+
+
+def test_batches_respect_the_recogniser_batch_size():
+    crops = [np.zeros((24, 100, 3), np.uint8)] * 10
+    assert [len(b.indices) for b in plan_batches(crops, max_batch=4)] == [4, 4, 2]
+
+
+# -- CTC --------------------------------------------------------------------------------
+ALPHABET = ["A", "B", "0", "O", "<"]
+
+
+def one_hot(classes: list[int], confidence: float = 0.9) -> np.ndarray:
+    probs = np.full((len(classes), len(ALPHABET) + 1), (1 - confidence) / len(ALPHABET))
+    probs[np.arange(len(classes)), classes] = confidence
+    return probs
+
+
+def test_ctc_greedy_collapses_repeats_and_drops_blanks():
+    text, confidence = ctc_greedy(one_hot([1, 1, 0, 1, 2, 0, 0, 5, 5]), ALPHABET)
+    assert text == "AAB<" and confidence == pytest.approx(0.9)
+    assert ctc_greedy(one_hot([0, 0]), ALPHABET) == ("", 1.0)
+
+
+def test_a_restricted_reading_takes_the_best_allowed_class():
+    probs = one_hot([4])  # "O" wins...
+    probs[0, 3] = 0.05  # ... "0" is second
+    assert ctc_greedy(probs, ALPHABET)[0] == "O"
+    assert ctc_greedy(probs, ALPHABET, class_mask(ALPHABET, "AB0<"))[0] == "0"

@@ -1,0 +1,119 @@
+"""DocumentReader and the ocr_* glue with the real ONNX models run in-process.
+
+The served path (the document_ocr ensemble, BLS to ocr_rec) is tested against a
+real server in tests/integration/test_document_ocr.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import fake_triton
+from fake_triton import FakeError, FakeResponse, FakeTensor
+from kyc.document.model import (
+    OcrPostprocessModel,
+    OcrPreprocessModel,
+    PreprocessSettings,
+    prepare_page,
+    rec_alphabet,
+)
+from kyc.document.synthetic import Degradation, random_identity, render_document
+from kyc_testing import SHIPPED_REPOSITORY, require_weights
+
+
+@pytest.fixture(scope="module")
+def sessions():
+    import onnxruntime as ort
+
+    require_weights()
+
+    def session(model):
+        return ort.InferenceSession(str(SHIPPED_REPOSITORY / model / "1" / "model.onnx"),
+                                    providers=["CPUExecutionProvider"])
+
+    return session("ocr_det"), session("ocr_rec")
+
+
+@pytest.fixture
+def pb(monkeypatch, sessions):
+    module = fake_triton.install(monkeypatch)
+    rec = sessions[1]
+    module.models["ocr_rec"] = lambda inputs: FakeResponse(
+        [FakeTensor("PROBS", rec.run(["PROBS"], {"IMAGES": inputs["IMAGES"]})[0])])
+    return module
+
+
+def model_args(name: str, parameters: dict | None = None) -> dict:
+    config = {"parameters": {k: {"string_value": v} for k, v in (parameters or {}).items()}}
+    return {"model_config": json.dumps(config), "model_name": name, "model_version": "1",
+            "model_repository": str(SHIPPED_REPOSITORY / name)}
+
+
+def rendered(seed: int, kind: str = "td1"):
+    rng = np.random.default_rng(seed)
+    return render_document(random_identity(rng), kind, None, Degradation(), rng)
+
+
+def test_one_execute_reads_every_document_with_batched_recogniser_calls(pb, sessions):
+    docs = [rendered(1), rendered(2, "td3")]
+    pre = OcrPreprocessModel()
+    pre.initialize(model_args("ocr_preprocess"))
+    post = OcrPostprocessModel()
+    post.initialize(model_args("ocr_postprocess"))
+    requests = []
+    for doc in docs:
+        image = FakeTensor("IMAGE", np.array([[doc.jpeg_bytes()]], dtype=np.object_))
+        (response,) = pre.execute([{"IMAGE": image}])
+        canvas, scale = (response.outputs()[n] for n in ("CANVAS", "SCALE"))
+        prob = sessions[0].run(["PROB_MAP"], {"IMAGES": canvas})[0]
+        requests.append({"CANVAS": FakeTensor("CANVAS", canvas),
+                         "PROB_MAP": FakeTensor("PROB_MAP", prob),
+                         "SCALE": FakeTensor("SCALE", scale)})
+    responses = post.execute(requests)
+    # first pass: crops grouped by width; second: the MRZ lines of both documents together
+    assert 2 <= len(pb.calls) <= 8
+    for doc, response in zip(docs, responses, strict=True):
+        document = json.loads(response.outputs()["DOCUMENT"][0, 0])
+        assert document["fields"] == doc.fields
+        assert document["mrz"]["valid"] is True
+
+
+def test_preprocess_refuses_bad_bytes_per_request(pb):
+    pre = OcrPreprocessModel()
+    pre.initialize(model_args("ocr_preprocess"))
+    good = FakeTensor("IMAGE", np.array([[rendered(3).jpeg_bytes()]], dtype=np.object_))
+    bad = FakeTensor("IMAGE", np.array([[b"junk"]], dtype=np.object_))
+    responses = pre.execute([{"IMAGE": bad}, {"IMAGE": good}])
+    assert responses[0].error().code == FakeError.INVALID_ARG
+    assert responses[1].outputs()["CANVAS"].shape == (1, 960, 960, 3)
+
+
+def test_postprocess_refuses_inputs_that_do_not_belong_together(pb):
+    post = OcrPostprocessModel()
+    post.initialize(model_args("ocr_postprocess"))
+    request = {"CANVAS": FakeTensor("CANVAS", np.zeros((1, 64, 64, 3), np.uint8)),
+               "PROB_MAP": FakeTensor("PROB_MAP", np.zeros((1, 32, 32), np.float32)),
+               "SCALE": FakeTensor("SCALE", np.ones((1, 2), np.float32))}
+    (response,) = post.execute([request])
+    assert response.error().code == FakeError.INVALID_ARG
+
+
+def test_a_failing_recogniser_answers_the_batch_with_internal_errors(pb, sessions):
+    pb.models["ocr_rec"] = lambda inputs: FakeResponse(error=FakeError("boom"))
+    post = OcrPostprocessModel()
+    post.initialize(model_args("ocr_postprocess"))
+    canvas, scale = prepare_page(rendered(4).jpeg_bytes(), PreprocessSettings())
+    prob = sessions[0].run(["PROB_MAP"], {"IMAGES": canvas[None]})[0]
+    request = {"CANVAS": FakeTensor("CANVAS", canvas[None]),
+               "PROB_MAP": FakeTensor("PROB_MAP", prob), "SCALE": FakeTensor("SCALE", scale[None])}
+    (response,) = post.execute([request])
+    assert response.error().code == FakeError.INTERNAL and "ocr_rec" in response.error().message()
+
+
+def test_the_alphabet_is_the_recognisers_dictionary_plus_space():
+    require_weights()
+    alphabet = rec_alphabet(SHIPPED_REPOSITORY, "ocr_rec")
+    assert len(alphabet) == 96 and alphabet[-1] == " " and "<" in alphabet
