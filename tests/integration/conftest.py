@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import tritonclient.grpc as grpcclient
 
 from kyc.runtime.server import TritonServer
 from kyc_testing import SHIPPED_REPOSITORY, link_tree, require_weights, start_server
@@ -27,3 +28,12 @@ def server(served_repository, tmp_path_factory) -> Iterator[TritonServer]:
     server = start_server(served_repository, log_file)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    """A gRPC client of the session's server, closed after the module (Triton waits for
+    open connections on shutdown)."""
+    c = grpcclient.InferenceServerClient(server.options.grpc_url)
+    yield c
+    c.close()

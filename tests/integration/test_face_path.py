@@ -31,13 +31,6 @@ PEOPLE = {"person_a_1": "a", "person_a_2": "a", "person_b_1": "b", "person_b_2":
 
 
 @pytest.fixture(scope="module")
-def client(server):
-    c = grpcclient.InferenceServerClient(server.options.grpc_url)
-    yield c
-    c.close()
-
-
-@pytest.fixture(scope="module")
 def photos() -> dict[str, bytes]:
     paths = fetch.fetch_test_photos()
     return {name: paths[name].read_bytes() for name in PEOPLE}

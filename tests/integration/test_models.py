@@ -27,13 +27,6 @@ ARCFACE_TEMPLATE = np.array(
 
 
 @pytest.fixture(scope="module")
-def client(server):
-    c = grpcclient.InferenceServerClient(server.options.grpc_url)
-    yield c
-    c.close()
-
-
-@pytest.fixture(scope="module")
 def photos() -> dict[str, Path]:
     return fetch.fetch_test_photos()
 

@@ -117,3 +117,28 @@ def test_the_alphabet_is_the_recognisers_dictionary_plus_space():
     require_weights()
     alphabet = rec_alphabet(SHIPPED_REPOSITORY, "ocr_rec")
     assert len(alphabet) == 96 and alphabet[-1] == " " and "<" in alphabet
+
+
+def test_a_failure_while_reporting_one_document_answers_only_that_request(pb, sessions,
+                                                                          monkeypatch):
+    from kyc.document import model as document_model
+
+    post = OcrPostprocessModel()
+    post.initialize(model_args("ocr_postprocess"))
+    canvas, scale = prepare_page(rendered(5).jpeg_bytes(), PreprocessSettings())
+    prob = sessions[0].run(["PROB_MAP"], {"IMAGES": canvas[None]})[0]
+    request = {"CANVAS": FakeTensor("CANVAS", canvas[None]),
+               "PROB_MAP": FakeTensor("PROB_MAP", prob), "SCALE": FakeTensor("SCALE", scale[None])}
+    calls = []
+    real = document_model.document_report
+
+    def flaky(lines):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyError("simulated")
+        return real(lines)
+
+    monkeypatch.setattr(document_model, "document_report", flaky)
+    first, second = post.execute([request, request])
+    assert first.error().code == FakeError.INTERNAL and "KeyError" in first.error().message()
+    assert second.error() is None

@@ -23,6 +23,7 @@ from kyc.image import ImageError, ImageLimits, decode_image, letterbox
 from kyc.repo.check import version_dirs
 from kyc.settings import from_parameters
 from kyc.triton_glue import (
+    BlsError,
     RequestError,
     bls_infer,
     config_parameters,
@@ -74,7 +75,7 @@ class OcrPreprocessModel:
                 responses.append(error_response(f"IMAGE: {exc}"))
                 continue
             except Exception as exc:
-                log.exception("ocr_preprocess: a request failed")
+                log.error("ocr_preprocess: a request failed: %s", type(exc).__name__)
                 responses.append(error_response(f"ocr_preprocess failed: {type(exc).__name__}",
                                                 invalid_argument=False))
                 continue
@@ -111,11 +112,17 @@ class OcrPostprocessModel:
             requests, lambda r: _pages(input_arrays(r, ["CANVAS", "PROB_MAP", "SCALE"])))
         try:
             lines = self.reader.read(pages)
-        except Exception as exc:  # e.g. ocr_rec failed: every request of the batch
-            log.exception("ocr_postprocess: %d requests failed", len(requests))
+        except BlsError as exc:  # ocr_rec failed: every request of the batch
+            log.error("ocr_postprocess: %d requests failed: %s", len(requests), exc)
             message = f"ocr_postprocess failed: {exc}"
             return [error_response(message, invalid_argument=False) for _ in requests]
-        responses = [_respond(span, lines) for span in spans]
+        except Exception as exc:
+            # Type only: the texts being read are personal data, tracebacks may quote them.
+            log.error("ocr_postprocess: %d requests failed: %s", len(requests),
+                      type(exc).__name__)
+            message = f"ocr_postprocess failed: {type(exc).__name__}"
+            return [error_response(message, invalid_argument=False) for _ in requests]
+        responses = [_safe_respond(span, lines) for span in spans]
         log.info("ocr_postprocess: %d requests, %d pages in %.1f ms", len(requests), len(pages),
                  (time.perf_counter() - started) * 1e3)
         return responses
@@ -130,6 +137,16 @@ def _pages(arrays: dict[str, np.ndarray]) -> list[tuple[np.ndarray, np.ndarray, 
         raise RequestError(f"CANVAS {list(canvas.shape)}, PROB_MAP {list(prob.shape)} and SCALE "
                            f"{list(scale.shape)} do not belong together")
     return [(canvas[i], prob[i], scale[i]) for i in range(len(canvas))]
+
+
+def _safe_respond(span, lines):
+    """One request's response; a failure while reporting it answers only that request."""
+    try:
+        return _respond(span, lines)
+    except Exception as exc:
+        log.error("ocr_postprocess: reporting a request failed: %s", type(exc).__name__)
+        return error_response(f"ocr_postprocess failed: {type(exc).__name__}",
+                              invalid_argument=False)
 
 
 def _respond(span, lines):
