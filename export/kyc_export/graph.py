@@ -188,6 +188,38 @@ def _subgraph_inputs(graph: onnx.GraphProto) -> set[str]:
     return names
 
 
+def flush_denormals(model: onnx.ModelProto) -> int:
+    """Set subnormal float32 weights (|w| < 1.2e-38, nonzero) to zero; returns how many.
+
+    Such values change no output measurably, but x86 arithmetic on them is very slow:
+    a few thousand of them in PP-OCRv4's English recogniser made it about 1.5x slower
+    under onnxruntime on CPU (measured here), more than the Chinese one of the same
+    architecture that has none.
+    """
+    tiny = np.finfo(np.float32).tiny
+    flushed = 0
+
+    def flush(tensor: TensorProto) -> None:
+        nonlocal flushed
+        if tensor.data_type != TensorProto.FLOAT:
+            return
+        values = numpy_helper.to_array(tensor)
+        subnormal = (values != 0) & (np.abs(values) < tiny)
+        if subnormal.any():
+            flushed += int(subnormal.sum())
+            tensor.CopyFrom(numpy_helper.from_array(np.where(subnormal, np.float32(0), values),
+                                                    tensor.name))
+
+    for initializer in model.graph.initializer:
+        flush(initializer)
+    for node in model.graph.node:
+        if node.op_type == "Constant":
+            for attribute in node.attribute:
+                if attribute.name == "value":
+                    flush(attribute.t)
+    return flushed
+
+
 def set_metadata(model: onnx.ModelProto, values: Mapping[str, str]) -> None:
     """Set metadata_props entries, replacing existing keys."""
     keep = [p for p in model.metadata_props if p.key not in values]

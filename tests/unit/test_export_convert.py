@@ -242,3 +242,27 @@ def test_convert_stamps_provenance_metadata():
     assert meta["kyc.archive_sha256"] == "a" * 64
     assert meta["kyc.converter_version"] == str(convert.CONVERTER_VERSION)
     assert meta["kyc.license"] == "Apache-2.0"
+
+
+def test_subnormal_weights_are_flushed_to_zero_and_nothing_else_changes():
+    from onnx import helper, numpy_helper
+
+    from kyc_export.graph import flush_denormals
+
+    tiny = np.finfo(np.float32).tiny
+    weights = np.array([1.0, tiny / 4, -tiny / 1000, tiny, 0.0, -2.5], np.float32)
+    ints = np.array([1, 2], np.int64)
+    graph = helper.make_graph(
+        [helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(weights, "c")),
+         helper.make_node("Add", ["x", "w"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [6])],
+        [numpy_helper.from_array(weights, "w"), numpy_helper.from_array(ints, "i")])
+    model = helper.make_model(graph)
+    assert flush_denormals(model) == 4
+    expected = np.array([1.0, 0.0, 0.0, tiny, 0.0, -2.5], np.float32)
+    np.testing.assert_array_equal(numpy_helper.to_array(model.graph.initializer[0]), expected)
+    np.testing.assert_array_equal(numpy_helper.to_array(model.graph.node[0].attribute[0].t),
+                                  expected)
+    np.testing.assert_array_equal(numpy_helper.to_array(model.graph.initializer[1]), ints)
+    assert flush_denormals(model) == 0
