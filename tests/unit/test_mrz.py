@@ -501,6 +501,13 @@ def test_a_name_line_whose_trailing_padding_came_back_short_is_padded():
     assert document["mrz"]["valid"] is True
 
 
+def test_a_short_name_line_that_lost_most_of_its_padding_is_padded():
+    lines = ["P<UTOLI<<ANNA".ljust(44, "<"), TD3[1]]  # names carry no check digit
+    for kept in (22, 16):  # half of 44, and just over a third
+        document = parse_mrz([lines[0][:kept], lines[1]], TODAY)
+        assert document["mrz"]["lines"] == lines and document["mrz"]["valid"] is True
+
+
 def test_a_word_of_the_visual_zone_is_not_glued_to_a_short_mrz_line():
     name_line = "I<UTOLI<<JOHN<<<<<<<"  # a TD2 name line with most padding lost
     lower = "D231458907UTO7408122F1204159<<<<<<<6"

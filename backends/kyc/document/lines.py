@@ -74,11 +74,16 @@ class RecBatch:
 
 
 def plan_batches(lines: Sequence[np.ndarray], max_batch: int, max_waste: float = 0.5,
-                 max_width: int = 1600, squeeze: float = 1.0) -> list[RecBatch]:
+                 max_width: int = 1600, squeeze: float | Sequence[float] = 1.0
+                 ) -> list[RecBatch]:
     """As few recogniser calls as possible: crops sorted by width, packed into groups in
     which padding is at most ``max_waste`` of the widest crop, at most ``max_batch``
-    crops each (the RapidOCR habit: sort by aspect ratio, batch, restore the order)."""
-    resized = [resize_for_rec(line, max_width, squeeze) for line in lines]
+    crops each (the RapidOCR habit: sort by aspect ratio, batch, restore the order).
+    ``squeeze``: one factor for every crop, or one per crop."""
+    factors = [squeeze] * len(lines) if isinstance(squeeze, (int, float)) else list(squeeze)
+    if len(factors) != len(lines):
+        raise ValueError(f"{len(factors)} squeeze factors for {len(lines)} crops")
+    resized = [resize_for_rec(line, max_width, f) for line, f in zip(lines, factors, strict=True)]
     order = sorted(range(len(resized)), key=lambda i: resized[i].shape[1])
     batches: list[RecBatch] = []
     group: list[int] = []

@@ -136,8 +136,9 @@ def _near(text: str, length: int) -> bool:
 
 
 def _truncated(text: str, length: int) -> bool:
-    """A line whose long trailing padding the recogniser cut short (CTC drops repeats)."""
-    return length // 2 <= len(text) < length and text.endswith(FILLER * PADDING_RUN)
+    """A line whose long trailing padding the recogniser cut short (CTC drops repeats),
+    or the detector split off (measured: "P<ITAMARTIN<<ZOE<<<<<", 21 of 44)."""
+    return length // 3 <= len(text) < length and text.endswith(FILLER * PADDING_RUN)
 
 
 def _joinable(group: list[Piece], length: int) -> bool:

@@ -45,9 +45,9 @@ class OcrSettings:
     max_candidates: int = 1000
     min_size: float = 3.0
     min_confidence: float = 0.5  # recognised lines below are dropped
-    # MRZ lines are read a second time, restricted to [A-Z0-9<] and squeezed
-    # horizontally: at its natural width the recogniser merges runs of '<' fillers
-    # (measured on rendered OCR-B: 8 of 24 lines exact at 1.0, 16 at 0.6).
+    # MRZ-shaped crops are read squeezed horizontally, and MRZ lines decoded
+    # restricted to [A-Z0-9<]: at its natural width the recogniser merges runs of
+    # '<' fillers (measured on rendered OCR-B: 8 of 24 lines exact at 1.0, 16 at 0.6).
     mrz_min_aspect: float = 18.0  # width / height of a crop that may be an MRZ line
     mrz_squeeze: float = 0.6
 
@@ -100,32 +100,48 @@ class DocumentReader:
                 crops.append(crop_line(canvas, found[i].points))
                 owners.append(page)
                 boxes.append(found[i].points)
-        readings = self._recognise(crops)
-        candidates = [i for i, (text, _) in enumerate(readings)
-                      if may_be_mrz(text, crops[i], self.settings.mrz_min_aspect)]
-        mrz_readings = self._recognise([crops[i] for i in candidates], mrz=True)
-        for i, reading in zip(candidates, mrz_readings, strict=True):
-            readings[i] = reading
+        readings, mrz = self._read_crops(crops)
         lines: list[list[TextLine]] = [[] for _ in pages]
-        mrz = set(candidates)
         for i, ((text, confidence), page, box) in enumerate(
                 zip(readings, owners, boxes, strict=True)):
             if text.strip() and confidence >= self.settings.min_confidence:
                 lines[page].append(TextLine(text, confidence, box / pages[page][2], i in mrz))
-        log.debug("ocr: %d pages, %d crops, %d MRZ candidates in %.1f ms", len(pages),
-                  len(crops), len(candidates), (time.perf_counter() - started) * 1e3)
+        log.debug("ocr: %d pages, %d crops, %d MRZ lines in %.1f ms", len(pages),
+                  len(crops), len(mrz), (time.perf_counter() - started) * 1e3)
         return lines
 
-    def _recognise(self, crops: list[np.ndarray], mrz: bool = False) -> list[tuple[str, float]]:
+    def _read_crops(self, crops: list[np.ndarray]) -> tuple[list[tuple[str, float]], set[int]]:
+        """(text, confidence) of every crop, and which crops were read as MRZ lines.
+
+        Each crop is recognised once: long crops (MRZ-shaped) squeezed, the others at
+        their natural width. A long crop whose free reading looks like an MRZ line is
+        decoded again from the same probabilities, restricted to [A-Z0-9<]; any other
+        long crop (a long visual-zone line) is recognised again at its natural width.
+        """
+        settings = self.settings
+        long = {i for i, crop in enumerate(crops)
+                if crop.shape[1] >= settings.mrz_min_aspect * crop.shape[0]}
+        steps = self._recognise(crops, [settings.mrz_squeeze if i in long else 1.0
+                                        for i in range(len(crops))])
+        readings = [ctc_greedy(s, self.alphabet) for s in steps]
+        mrz = {i for i in long if may_be_mrz(readings[i][0], crops[i], settings.mrz_min_aspect)}
+        for i in mrz:
+            readings[i] = ctc_greedy(steps[i], self.alphabet, self.mrz_mask)
+        others = sorted(long - mrz)
+        if others:
+            again = self._recognise([crops[i] for i in others], [1.0] * len(others))
+            for i, s in zip(others, again, strict=True):
+                readings[i] = ctc_greedy(s, self.alphabet)
+        return readings, mrz
+
+    def _recognise(self, crops: list[np.ndarray], squeeze: list[float]) -> list[np.ndarray]:
+        """The recogniser's ``[T, C]`` probabilities of each crop (padding cut off)."""
         results: list = [None] * len(crops)
-        squeeze = self.settings.mrz_squeeze if mrz else 1.0
-        mask = self.mrz_mask if mrz else None
         for batch in plan_batches(crops, self.settings.rec_max_batch,
                                   max_width=self.settings.rec_max_width, squeeze=squeeze):
             probs = self.recognise(batch.images)
             for row, (index, width) in enumerate(zip(batch.indices, batch.widths, strict=True)):
-                steps = probs[row, : -(-width // REC_STRIDE)]
-                results[index] = ctc_greedy(steps, self.alphabet, mask)
+                results[index] = probs[row, : -(-width // REC_STRIDE)]
         return results
 
 
