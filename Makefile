@@ -28,6 +28,15 @@ $(VENV)/.installed-arcface: $(VENV)/.installed
 	$(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev,arcface]'
 	touch $@
 
+# The OCR peer `kyc bench` compares document reading with; not part of setup.
+# --no-deps: it requires opencv-python, which clashes with opencv-python-headless
+# (same cv2 module, already installed); its other requirements are listed here.
+PEERS := rapidocr-onnxruntime shapely PyYAML six tqdm
+$(VENV)/.installed-peers: $(VENV)/.installed constraints.txt
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -c constraints.txt $(PEERS)
+	$(BIN)/python -c 'import rapidocr_onnxruntime'
+	touch $@
+
 models: deps
 	$(BIN)/kyc models fetch --repository $(REPOSITORY)
 
@@ -43,13 +52,13 @@ lint: deps
 	$(BIN)/hadolint Dockerfile
 
 ## test: lint, unit tests, integration tests against a real server
-test: setup lint $(VENV)/.installed-arcface
+test: setup lint $(VENV)/.installed-arcface $(VENV)/.installed-peers
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 unit: deps $(VENV)/.installed-arcface
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
 
-integration: setup $(VENV)/.installed-arcface
+integration: setup $(VENV)/.installed-arcface $(VENV)/.installed-peers
 	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
 
 clean:

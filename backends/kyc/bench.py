@@ -1,27 +1,34 @@
 """``kyc bench``: throughput and latency of the served models against the same work in process.
 
-Each registered :class:`Workload` (now: the face path) is measured three ways,
-one after the other on a shared machine:
+Each registered :class:`Workload` (the face path; document reading) is measured
+three ways, one after the other on a shared machine:
 
 - served with the shipped configs (dynamic batching on), on a real Triton server;
 - served with the ``dynamic_batching`` blocks removed from its models' configs;
 - in this process without Triton: the same Python code and ONNX files, the same
   onnxruntime thread settings as the served ONNX models, in batches of up to the
-  entry model's ``max_batch_size``.
+  entry model's ``max_batch_size``;
+
+and against its peers, where it has any: other software doing the same work in
+process (document reading: ``rapidocr-onnxruntime``, installed by ``make test``,
+reported as skipped where it is not installed). Workloads that can be right or
+wrong (documents) are scored against what was printed, in every scenario.
 
 Each served variant gets its own server (started in turn, never two at once) over
 a temporary copy of the repository: configs copied so that they can be edited,
 everything else symlinked. Load comes from ``concurrency`` closed-loop clients,
 each with its own gRPC client; a warm-up round precedes every measured window.
 Statistics-API counts (executions vs inferences) over the measured window show
-whether batching happened. Only counts, shapes and timings are reported: never
-image content or embeddings.
+whether batching happened. The served entry model is also timed alone, one
+request at a time. Only counts, rates, shapes and timings are reported: never
+image content, texts or embeddings.
 """
 
 from __future__ import annotations
 
 import compileall
 import contextlib
+import dataclasses
 import itertools
 import json
 import logging
@@ -62,6 +69,7 @@ VARIANTS = {
     VARIANT_OFF: "served by Triton, dynamic_batching removed from the models' configs",
     VARIANT_IN_PROCESS: "in process without Triton, batches of min(concurrency, max batch)",
 }
+PEER_PREFIX = "peer_"
 PRIMARY_WORKLOAD = "face"
 
 
@@ -78,10 +86,12 @@ class BenchOptions:
     concurrency: int = 8
     warmup_requests: int = 32
     quick: bool = False
+    workloads: tuple[str, ...] = ()  # names of WORKLOADS; empty: all of them
 
     @classmethod
     def for_run(cls, *, quick: bool, model_repository: Path = DEFAULT_REPOSITORY,
-                requests: int | None = None, concurrency: int | None = None) -> BenchOptions:
+                requests: int | None = None, concurrency: int | None = None,
+                workloads: Sequence[str] = ()) -> BenchOptions:
         """The defaults of a full or a ``--quick`` run, with explicit values on top."""
         base = cls(requests=48, concurrency=4, warmup_requests=8) if quick else cls()
         return cls(
@@ -90,6 +100,18 @@ class BenchOptions:
             concurrency=concurrency or base.concurrency,
             warmup_requests=max(base.warmup_requests, 2 * (concurrency or base.concurrency)),
             quick=quick,
+            workloads=tuple(workloads),
+        )
+
+    def scaled(self, cost: float) -> BenchOptions:
+        """The options of a workload whose request costs ``cost`` face requests: fewer
+        requests, never fewer than one per client."""
+        if cost <= 1:
+            return self
+        return dataclasses.replace(
+            self,
+            requests=max(self.concurrency, math.ceil(self.requests / cost)),
+            warmup_requests=max(self.concurrency, math.ceil(self.warmup_requests / cost)),
         )
 
 
@@ -197,13 +219,15 @@ def disable_dynamic_batching(repository: Path, models: Iterable[str]) -> None:
 
 
 # -- load and measurement ------------------------------------------------------------
-Outcome = bool | Exception  # True: a face went through the whole path; False: no face
+# An answered request's tallies (e.g. {"faces_found": 1}), summed over the window;
+# or what went wrong.
+Outcome = Mapping[str, int] | Exception
 
 
 class ServedClient(Protocol):
     """One client's path through the served models; one instance per thread."""
 
-    def __call__(self, payload: bytes) -> bool: ...
+    def __call__(self, payload: Any) -> Mapping[str, int]: ...
 
     def close(self) -> None: ...
 
@@ -213,7 +237,7 @@ class InProcessRunner(Protocol):
 
     max_batch: int
 
-    def __call__(self, payloads: Sequence[bytes]) -> list[Outcome]: ...
+    def __call__(self, payloads: Sequence[Any]) -> list[Outcome]: ...
 
     def settings(self) -> dict[str, Any]: ...
 
@@ -226,7 +250,7 @@ class Measurement:
     seconds: float = 0.0
     latencies_s: list[float] = field(default_factory=list)
     errors: int = 0
-    found: int = 0
+    tallies: dict[str, int] = field(default_factory=dict)
 
     @property
     def requests(self) -> int:
@@ -239,10 +263,11 @@ class Measurement:
                     "request failed: %s", outcome)
             return
         self.latencies_s.append(latency_s)
-        self.found += int(outcome)
+        for key, value in outcome.items():
+            self.tallies[key] = self.tallies.get(key, 0) + int(value)
 
 
-def drive_clients(make_client: Callable[[], ServedClient], payloads: Sequence[bytes],
+def drive_clients(make_client: Callable[[], ServedClient], payloads: Sequence[Any],
                   requests: int, concurrency: int) -> Measurement:
     """``requests`` requests from ``concurrency`` closed-loop clients (threads)."""
     measurement = Measurement(concurrency=concurrency)
@@ -274,7 +299,7 @@ def drive_clients(make_client: Callable[[], ServedClient], payloads: Sequence[by
     return measurement
 
 
-def drive_batches(runner: InProcessRunner, payloads: Sequence[bytes], requests: int,
+def drive_batches(runner: InProcessRunner, payloads: Sequence[Any], requests: int,
                   concurrency: int) -> Measurement:
     """``requests`` payloads in batches of min(concurrency, max batch): as if that
     many clients waited on a perfect batcher, each answered when its batch is done."""
@@ -306,15 +331,20 @@ def latency_ms(latencies_s: Sequence[float]) -> dict[str, float | None]:
             for q in (50, 95, 99)}
 
 
-def figures(measurement: Measurement) -> dict[str, Any]:
-    """The reported figures of one measured window."""
+def figures(measurement: Measurement, unit: str = "faces",
+            quality: Callable[[Mapping[str, int]], Mapping[str, Any]] | None = None
+            ) -> dict[str, Any]:
+    """The reported figures of one measured window: ``<unit>_per_s`` counts answered
+    requests only; the tallies, and the rates ``quality`` makes of them."""
     done = len(measurement.latencies_s)
     return {
-        "faces_per_s": round(done / measurement.seconds, 3) if measurement.seconds > 0 else 0.0,
+        "unit": unit,
+        f"{unit}_per_s": round(done / measurement.seconds, 3) if measurement.seconds > 0 else 0.0,
         "latency_ms": latency_ms(measurement.latencies_s),
         "requests": measurement.requests,
         "errors": measurement.errors,
-        "faces_found": measurement.found,
+        **measurement.tallies,
+        **(quality(measurement.tallies) if quality else {}),
         "concurrency": measurement.concurrency,
         "seconds": round(measurement.seconds, 3),
     }
@@ -366,32 +396,32 @@ class Workload:
 
     ``models``: the served models it uses (their configs lose dynamic batching in
     the "off" variant); ``served(grpc_url)`` makes one client's runner;
-    ``in_process(repository)`` builds the Triton-free runner.
+    ``in_process(repository)`` builds the Triton-free runner; ``peers``: other
+    software doing the same work in process, by name (a factory raising
+    :class:`PeerUnavailableError` is reported as skipped). ``cost``: one request's work
+    in face requests (a workload runs ``requests / cost`` requests); ``unit``
+    names what a request carries; ``quality`` turns summed tallies into rates.
     """
 
     name: str
     description: str
     models: tuple[str, ...]
-    payloads: Callable[[], list[bytes]]
+    payloads: Callable[[int], list[Any]]  # at most this many distinct payloads
     served: Callable[[str], ServedClient]
     in_process: Callable[[Path], InProcessRunner]
+    unit: str = "faces"
+    cost: float = 1.0
+    quality: Callable[[Mapping[str, int]], Mapping[str, Any]] | None = None
+    peers: Mapping[str, tuple[str, Callable[[Path], InProcessRunner]]] = field(
+        default_factory=dict)  # name -> (description, factory)
 
 
-# -- the face path ---------------------------------------------------------------------
-FACE_MODELS = ("face_preprocess", "face_detector", "face_embedding")
-DETECTOR_OUTPUTS = ("LOC", "SCORES", "LANDMARKS")
+class PeerUnavailableError(RuntimeError):
+    """A peer that is not installed here (``make test`` installs the peers)."""
 
 
-def face_photos() -> list[bytes]:
-    """The real test portraits, encoded (the manifest's photos, CREDITS left out)."""
-    from kyc_export.fetch import fetch_test_photos
-
-    photos = fetch_test_photos()
-    return [photos[role].read_bytes() for role in sorted(photos) if role != "CREDITS"]
-
-
-class FaceServedClient:
-    """face_preprocess, then face_embedding on its FACE when a face was found."""
+class GrpcModels:
+    """A gRPC client of the served models; one per client thread."""
 
     def __init__(self, grpc_url: str) -> None:
         import tritonclient.grpc as grpcclient
@@ -406,22 +436,50 @@ class FaceServedClient:
         return self.client.infer(model, [tensor], client_timeout=CLIENT_TIMEOUT_S,
                                  outputs=[self.grpc.InferRequestedOutput(o) for o in outputs])
 
-    def __call__(self, payload: bytes) -> bool:
-        image = np.array([[payload]], dtype=np.object_)
-        pre = self._infer("face_preprocess", "IMAGE", image, "BYTES", ("FACE", "FACE_FOUND"))
-        if not bool(pre.as_numpy("FACE_FOUND")[0, 0]):
-            return False
-        out = self._infer("face_embedding", "FACE", pre.as_numpy("FACE"), "UINT8", ("EMBEDDING",))
-        embedding = out.as_numpy("EMBEDDING")
-        if embedding is None or embedding.shape[0] != 1:
-            raise BenchError("face_embedding answered without one EMBEDDING")
-        return True
-
     def close(self) -> None:
         self.client.close()
 
 
-def _onnx_model(repository: Path, model: str) -> tuple[Any, Any]:
+def model_parameters(repository: Path, model: str) -> dict[str, str]:
+    """The string parameters of a model's config, as ``from_parameters`` takes them."""
+    config = load_config(repository / model / "config.pbtxt")
+    return {k: v.string_value for k, v in config.parameters.items()}
+
+
+def max_batch_size(repository: Path, model: str) -> int:
+    return int(load_config(repository / model / "config.pbtxt").max_batch_size)
+
+
+# -- the face path ---------------------------------------------------------------------
+FACE_MODELS = ("face_preprocess", "face_detector", "face_embedding")
+DETECTOR_OUTPUTS = ("LOC", "SCORES", "LANDMARKS")
+
+
+def face_photos(count: int = 0) -> list[bytes]:
+    """The real test portraits, encoded (the manifest's photos, CREDITS left out); all
+    of them whatever ``count``: requests cycle through them."""
+    from kyc_export.fetch import fetch_test_photos
+
+    photos = fetch_test_photos()
+    return [photos[role].read_bytes() for role in sorted(photos) if role != "CREDITS"]
+
+
+class FaceServedClient(GrpcModels):
+    """face_preprocess, then face_embedding on its FACE when a face was found."""
+
+    def __call__(self, payload: bytes) -> Mapping[str, int]:
+        image = np.array([[payload]], dtype=np.object_)
+        pre = self._infer("face_preprocess", "IMAGE", image, "BYTES", ("FACE", "FACE_FOUND"))
+        if not bool(pre.as_numpy("FACE_FOUND")[0, 0]):
+            return {"faces_found": 0}
+        out = self._infer("face_embedding", "FACE", pre.as_numpy("FACE"), "UINT8", ("EMBEDDING",))
+        embedding = out.as_numpy("EMBEDDING")
+        if embedding is None or embedding.shape[0] != 1:
+            raise BenchError("face_embedding answered without one EMBEDDING")
+        return {"faces_found": 1}
+
+
+def onnx_model(repository: Path, model: str) -> tuple[Any, Any]:
     """(settings, session) as the served Python-based onnxruntime backend makes them."""
     from google.protobuf import json_format
 
@@ -445,13 +503,11 @@ class FaceInProcess:
         from kyc.face.preprocess import FacePreprocessor, FaceSettings
         from kyc.settings import from_parameters
 
-        config = load_config(repository / "face_preprocess" / "config.pbtxt")
-        face = from_parameters(FaceSettings, {k: v.string_value
-                                              for k, v in config.parameters.items()})
-        self.max_batch = int(config.max_batch_size)
+        face = from_parameters(FaceSettings, model_parameters(repository, "face_preprocess"))
+        self.max_batch = max_batch_size(repository, "face_preprocess")
         self.detector_name = face.detector_model
-        self.detector_settings, self.detector = _onnx_model(repository, face.detector_model)
-        self.embedding_settings, self.embedding = _onnx_model(repository, "face_embedding")
+        self.detector_settings, self.detector = onnx_model(repository, face.detector_model)
+        self.embedding_settings, self.embedding = onnx_model(repository, "face_embedding")
         self.preprocessor = FacePreprocessor(face, self._detect)
 
     def _detect(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -467,7 +523,8 @@ class FaceInProcess:
             (embeddings,) = self.embedding.run(["EMBEDDING"], {"FACE": faces})
             if embeddings.shape[0] != len(found):
                 raise BenchError("face_embedding gave not one EMBEDDING per face")
-        return [r if isinstance(r, Exception) else bool(r.found) for r in results]
+        return [r if isinstance(r, Exception) else {"faces_found": int(r.found)}
+                for r in results]
 
     def settings(self) -> dict[str, Any]:
         return {"onnx_intra_op_threads": {
@@ -487,7 +544,14 @@ def _face_workload() -> Workload:
     )
 
 
-WORKLOADS: dict[str, Callable[[], Workload]] = {"face": _face_workload}
+def _document_workload() -> Workload:
+    from kyc.bench_document import document_workload
+
+    return document_workload()
+
+
+WORKLOADS: dict[str, Callable[[], Workload]] = {"face": _face_workload,
+                                                "document": _document_workload}
 
 
 # -- scenarios -----------------------------------------------------------------------
@@ -509,9 +573,10 @@ def running_server(repository: Path, log_file: Path) -> Iterator[TritonServer]:
         server.stop(grace=STOP_GRACE_S)
 
 
-def measure_served(workload: Workload, grpc_url: str, payloads: Sequence[bytes],
-                   options: BenchOptions) -> dict[str, Any]:
-    """Warm up, then the measured window with statistics-API deltas."""
+def measure_served(workload: Workload, grpc_url: str, payloads: Sequence[Any],
+                   options: BenchOptions, alone: bool = False) -> dict[str, Any]:
+    """Warm up, then the measured window with statistics-API deltas; with ``alone``,
+    then a window of one request at a time (the latency a lone user sees)."""
     import tritonclient.grpc as grpcclient
 
     def make_client() -> ServedClient:
@@ -525,16 +590,25 @@ def measure_served(workload: Workload, grpc_url: str, payloads: Sequence[bytes],
         after = settled_counts(stats, workload.models)
     finally:
         stats.close()
-    return {**figures(measurement), "model_counts": count_deltas(before, after)}
+    result = {**figures(measurement, workload.unit, workload.quality),
+              "model_counts": count_deltas(before, after)}
+    if alone:
+        single = drive_clients(make_client, payloads, alone_requests(options), 1)
+        result["alone"] = {"requests": single.requests, "errors": single.errors,
+                           "latency_ms": latency_ms(single.latencies_s)}
+    return result
 
 
-def measure_in_process(workload: Workload, payloads: Sequence[bytes],
+def alone_requests(options: BenchOptions) -> int:
+    return max(2, options.requests // 4)
+
+
+def measure_in_process(runner: InProcessRunner, workload: Workload, payloads: Sequence[Any],
                        options: BenchOptions) -> dict[str, Any]:
-    runner = workload.in_process(options.model_repository)
     drive_batches(runner, payloads, options.warmup_requests, options.concurrency)
     measurement = drive_batches(runner, payloads, options.requests, options.concurrency)
-    return {**figures(measurement), "batch_size": min(options.concurrency, runner.max_batch),
-            **runner.settings()}
+    return {**figures(measurement, workload.unit, workload.quality),
+            "batch_size": min(options.concurrency, runner.max_batch), **runner.settings()}
 
 
 def describe(workload: Workload, variant: str) -> str:
@@ -542,7 +616,7 @@ def describe(workload: Workload, variant: str) -> str:
 
 
 def run_served_variant(variant: str, workloads: Sequence[Workload],
-                       payloads: Mapping[str, Sequence[bytes]], options: BenchOptions,
+                       payloads: Mapping[str, Sequence[Any]], options: BenchOptions,
                        workdir: Path) -> dict[str, dict[str, Any]]:
     """One server over a fresh repository copy; every workload measured on it."""
     models = sorted({m for w in workloads for m in w.models})
@@ -552,30 +626,48 @@ def run_served_variant(variant: str, workloads: Sequence[Workload],
     results = {}
     with running_server(repository, workdir / f"{variant}.log") as server:
         for workload in workloads:
+            scaled = options.scaled(workload.cost)
             log.info("%s_%s: %d requests, concurrency %d", workload.name, variant,
-                     options.requests, options.concurrency)
+                     scaled.requests, scaled.concurrency)
             figures_ = measure_served(workload, server.options.grpc_url,
-                                      payloads[workload.name], options)
+                                      payloads[workload.name], scaled,
+                                      alone=variant == VARIANT_ON)
             results[f"{workload.name}_{variant}"] = {"description": describe(workload, variant),
                                                      **figures_}
     return results
 
 
-def run_in_process(workloads: Sequence[Workload], payloads: Mapping[str, Sequence[bytes]],
+def run_in_process(workloads: Sequence[Workload], payloads: Mapping[str, Sequence[Any]],
                    options: BenchOptions) -> dict[str, dict[str, Any]]:
-    results = {}
+    """Each workload in process, then its peers (skipped where not installed)."""
+    results: dict[str, dict[str, Any]] = {}
     for workload in workloads:
-        log.info("%s_%s: %d requests, concurrency %d", workload.name, VARIANT_IN_PROCESS,
-                 options.requests, options.concurrency)
-        results[f"{workload.name}_{VARIANT_IN_PROCESS}"] = {
-            "description": describe(workload, VARIANT_IN_PROCESS),
-            **measure_in_process(workload, payloads[workload.name], options),
-        }
+        scaled = options.scaled(workload.cost)
+        runs = [(VARIANT_IN_PROCESS, describe(workload, VARIANT_IN_PROCESS),
+                 workload.in_process)]
+        runs += [(PEER_PREFIX + name, description, factory)
+                 for name, (description, factory) in workload.peers.items()]
+        for variant, description, factory in runs:
+            name = f"{workload.name}_{variant}"
+            log.info("%s: %d requests, concurrency %d", name, scaled.requests,
+                     scaled.concurrency)
+            try:
+                runner = factory(options.model_repository)
+            except PeerUnavailableError as exc:
+                log.warning("%s skipped: %s", name, exc)
+                results[name] = {"description": description, "skipped": str(exc)}
+                continue
+            results[name] = {"description": description,
+                             **measure_in_process(runner, workload, payloads[workload.name],
+                                                  scaled)}
     return results
 
 
 def check_weights(repository: Path, models: Iterable[str]) -> None:
-    missing = [m for m in sorted(models) if not list((repository / m).glob("[0-9]*/model.*"))]
+    """Every model but an ensemble has its files (an ensemble has none)."""
+    missing = [m for m in sorted(models)
+               if load_config(repository / m / "config.pbtxt").platform != "ensemble"
+               and not list((repository / m).glob("[0-9]*/model.*"))]
     if missing:
         raise BenchError(f"no model files for {', '.join(missing)} in {repository}: "
                          "run `make setup`")
@@ -584,10 +676,13 @@ def check_weights(repository: Path, models: Iterable[str]) -> None:
 # -- the report ----------------------------------------------------------------------
 COMPARED = (
     "served: real Triton server (Python-based onnxruntime backend on CPU), concurrent gRPC "
-    "clients, shipped configs vs the same without dynamic_batching; in process: the same "
-    "kyc.face code and ONNX files without Triton, onnxruntime with the served models' "
-    "thread settings, batches of min(concurrency, max_batch_size)"
+    "clients, shipped configs vs the same without dynamic_batching, and the entry model "
+    "alone (one request at a time); in process: the same kyc code and ONNX files without "
+    "Triton, onnxruntime with the served models' thread settings, batches of "
+    "min(concurrency, max_batch_size); peers: other software in process, one request at a "
+    "time, with its own defaults"
 )
+QUALITY_KEYS = ("mrz_exact_rate", "fields_exact_rate", "field_accuracy", "valid_rate")
 
 
 def ratio(numerator: float, denominator: float) -> float | None:
@@ -602,17 +697,50 @@ def machine() -> dict[str, Any]:
             "platform": platform.platform(), "load_average_1m": round(os.getloadavg()[0], 2)}
 
 
+def rate_of(figs: Mapping[str, Any]) -> float | None:
+    """Requests per second of a measured scenario; None for a skipped one."""
+    unit = figs.get("unit")
+    return None if unit is None else float(figs[f"{unit}_per_s"])
+
+
+def side_by_side(scenarios: Mapping[str, Mapping[str, Any]], workload: str
+                 ) -> dict[str, dict[str, Any]]:
+    """The headline figures of a workload's scenarios, peers included."""
+    table = {}
+    for name, figs in scenarios.items():
+        if not name.startswith(f"{workload}_"):
+            continue
+        if "skipped" in figs:
+            table[name] = {"skipped": figs["skipped"]}
+            continue
+        row = {key: figs[key] for key in QUALITY_KEYS if key in figs}
+        row["per_s"] = rate_of(figs)
+        row["p50_ms"] = figs["latency_ms"]["p50"]
+        row["concurrency"] = figs["concurrency"]
+        if "alone" in figs:
+            row["alone_p50_ms"] = figs["alone"]["latency_ms"]["p50"]
+        elif figs.get("batch_size") == 1:  # one request at a time already
+            row["alone_p50_ms"] = row["p50_ms"]
+        table[name] = row
+    return table
+
+
 def summarize(scenarios: Mapping[str, Mapping[str, Any]], options: BenchOptions,
               started_at: datetime, host: Mapping[str, Any],
               workload: str = PRIMARY_WORKLOAD) -> dict[str, Any]:
-    """The JSON report; the top-level ratios are those of ``workload``."""
+    """The JSON report; the top-level ratios are those of ``workload`` (null when it
+    was not run); ``document_reading`` puts ours and the peer's side by side."""
 
-    def rate(variant: str) -> float:
-        return float(scenarios[f"{workload}_{variant}"]["faces_per_s"])
+    def ratio_of(numerator: str, denominator: str) -> float | None:
+        top = scenarios.get(f"{workload}_{numerator}", {})
+        bottom = scenarios.get(f"{workload}_{denominator}", {})
+        if rate_of(top) is None or rate_of(bottom) is None:
+            return None
+        return ratio(rate_of(top), rate_of(bottom))  # type: ignore[arg-type]
 
-    return {
-        "served_vs_inprocess_throughput": ratio(rate(VARIANT_ON), rate(VARIANT_IN_PROCESS)),
-        "dynamic_batching_speedup": ratio(rate(VARIANT_ON), rate(VARIANT_OFF)),
+    report = {
+        "served_vs_inprocess_throughput": ratio_of(VARIANT_ON, VARIANT_IN_PROCESS),
+        "dynamic_batching_speedup": ratio_of(VARIANT_ON, VARIANT_OFF),
         "compared": COMPARED,
         "scenarios": {name: dict(figs) for name, figs in scenarios.items()},
         "settings": {"requests": options.requests, "concurrency": options.concurrency,
@@ -621,23 +749,47 @@ def summarize(scenarios: Mapping[str, Mapping[str, Any]], options: BenchOptions,
         "quick": options.quick,
         "started_at": started_at.isoformat(timespec="seconds"),
     }
+    documents = side_by_side(scenarios, "document")
+    if documents:
+        report["document_reading"] = documents
+    return report
 
 
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
 def format_table(report: Mapping[str, Any]) -> str:
     """A short human-readable table of the report."""
-    lines = [f"{'scenario':<28} {'faces/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
+    lines = [f"{'scenario':<32} {'per s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
              f"{'errors':>6}"]
     for name, figs in report["scenarios"].items():
+        if "skipped" in figs:
+            lines.append(f"{name:<32} skipped: {figs['skipped']}")
+            continue
         lat = [_ms(figs["latency_ms"][p]) for p in ("p50", "p95", "p99")]
-        lines.append(f"{name:<28} {figs['faces_per_s']:>8.2f} {lat[0]:>8} {lat[1]:>8} "
-                     f"{lat[2]:>8} {figs['errors']:>6}")
+        lines.append(f"{name:<32} {rate_of(figs):>8.2f} {lat[0]:>8} {lat[1]:>8} "
+                     f"{lat[2]:>8} {figs['errors']:>6}  ({figs['unit']})")
+        if "alone" in figs:
+            lines.append(f"  alone, one request at a time: p50 "
+                         f"{_ms(figs['alone']['latency_ms']['p50'])} ms")
         for model, counts in figs.get("model_counts", {}).items():
-            lines.append(f"  {model:<26} {counts['inference_count']} inferences in "
+            lines.append(f"  {model:<30} {counts['inference_count']} inferences in "
                          f"{counts['execution_count']} executions")
+    if report.get("document_reading"):
+        lines.append(f"{'document reading':<32} {'MRZ exact':>9} {'fields':>7} "
+                     f"{'field acc':>9} {'docs/s':>7} {'p50 ms':>8} {'alone p50':>9}")
+        for name, row in report["document_reading"].items():
+            if "skipped" in row:
+                continue
+            lines.append(f"{name:<32} {_share(row.get('mrz_exact_rate')):>9} "
+                         f"{_share(row.get('fields_exact_rate')):>7} "
+                         f"{_share(row.get('field_accuracy')):>9} {row['per_s']:>7.2f} "
+                         f"{_ms(row['p50_ms']):>8} {_ms(row.get('alone_p50_ms')):>9}")
     lines += [
         f"served (batching on) / in process: {report['served_vs_inprocess_throughput']}",
         f"dynamic batching on / off:         {report['dynamic_batching_speedup']}",
@@ -650,12 +802,20 @@ def write_json(report: Mapping[str, Any], path: Path) -> None:
     path.write_text(json.dumps(report, indent=2, allow_nan=False) + "\n", encoding="utf-8")
 
 
+def selected_workloads(names: Sequence[str]) -> list[Workload]:
+    unknown = sorted(set(names) - set(WORKLOADS))
+    if unknown:
+        raise BenchError(f"unknown workload(s) {', '.join(unknown)}; "
+                         f"known: {', '.join(WORKLOADS)}")
+    return [make() for name, make in WORKLOADS.items() if not names or name in names]
+
+
 def run_bench(options: BenchOptions) -> dict[str, Any]:
     """Every workload in every scenario, in turn; the report (see :func:`summarize`)."""
     started_at, host = datetime.now(timezone.utc), machine()
-    workloads = [make() for make in WORKLOADS.values()]
+    workloads = selected_workloads(options.workloads)
     check_weights(options.model_repository, {m for w in workloads for m in w.models})
-    payloads = {w.name: w.payloads() for w in workloads}
+    payloads = {w.name: w.payloads(options.scaled(w.cost).requests) for w in workloads}
     scenarios: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="kyc-bench-") as tmp:
         for variant in (VARIANT_ON, VARIANT_OFF):

@@ -142,7 +142,7 @@ class FakeClient:
             FakeClient.in_flight -= 1
         if payload == b"bad":
             raise RuntimeError("refused")
-        return payload != b"none"
+        return {"faces_found": int(payload != b"none")}
 
     def close(self) -> None:
         with FakeClient.lock:
@@ -153,7 +153,7 @@ def test_the_clients_send_exactly_the_requests_asked_with_that_many_in_flight():
     FakeClient.most = FakeClient.closed = 0
     measurement = drive_clients(FakeClient, [b"a", b"bad", b"none", b"b"], 40, 4)
     assert measurement.requests == 40 and measurement.errors == 10
-    assert measurement.found == 20 and len(measurement.latencies_s) == 30
+    assert measurement.tallies == {"faces_found": 20} and len(measurement.latencies_s) == 30
     assert FakeClient.most == 4 and FakeClient.closed == 4
     assert measurement.seconds > 0 and all(t > 0 for t in measurement.latencies_s)
 
@@ -166,7 +166,8 @@ class FakeRunner:
 
     def __call__(self, payloads):
         self.batches.append(len(payloads))
-        return [RuntimeError("bad") if p == b"bad" else p != b"none" for p in payloads]
+        return [RuntimeError("bad") if p == b"bad" else {"faces_found": int(p != b"none")}
+                for p in payloads]
 
     def settings(self) -> dict:
         return {}
@@ -200,7 +201,7 @@ def test_percentiles_interpolate_linearly_and_are_nan_for_nothing():
 
 def test_figures_count_only_answered_requests_as_faces_per_second():
     measurement = Measurement(concurrency=2, seconds=2.0, latencies_s=[0.1, 0.2, 0.3, 0.4],
-                              errors=1, found=3)
+                              errors=1, tallies={"faces_found": 3})
     figs = figures(measurement)
     assert figs["faces_per_s"] == 2.0
     assert figs["latency_ms"] == {"p50": 250.0, "p95": 385.0, "p99": 397.0}
@@ -238,7 +239,7 @@ def test_statistics_that_went_back_are_reported_as_a_reload(caplog):
 
 # -- the report ----------------------------------------------------------------------------
 def fake_scenario(faces_per_s: float, counts: bool = True) -> dict:
-    figs = {"description": "d", "faces_per_s": faces_per_s,
+    figs = {"description": "d", "unit": "faces", "faces_per_s": faces_per_s,
             "latency_ms": {"p50": 10.0, "p95": 20.0, "p99": 30.0}, "requests": 8, "errors": 0,
             "faces_found": 8, "concurrency": 2, "seconds": 1.0}
     if counts:
@@ -301,5 +302,108 @@ def test_the_bench_command_parses_its_options(tmp_path):
 
 def test_bench_refuses_a_repository_without_weights(tmp_path):
     (tmp_path / "face_detector").mkdir()
+    (tmp_path / "face_detector" / "config.pbtxt").write_text('platform: "onnxruntime_onnx"')
     with pytest.raises(bench.BenchError, match="make setup"):
         bench.check_weights(tmp_path, ["face_detector"])
+
+
+def test_an_ensemble_needs_no_weights_of_its_own(tmp_path):
+    (tmp_path / "document_ocr" / "1").mkdir(parents=True)
+    (tmp_path / "document_ocr" / "config.pbtxt").write_text('platform: "ensemble"')
+    bench.check_weights(tmp_path, ["document_ocr"])
+
+
+def test_unknown_workloads_are_refused_by_name():
+    with pytest.raises(bench.BenchError, match="nope"):
+        bench.selected_workloads(["nope"])
+    assert [w.name for w in bench.selected_workloads(["face"])] == ["face"]
+    assert [w.name for w in bench.selected_workloads([])] == list(bench.WORKLOADS)
+
+
+# -- workloads of different cost, scored workloads, peers ------------------------------------
+def test_a_costly_workload_runs_fewer_requests_but_one_per_client_at_least():
+    options = BenchOptions(requests=320, concurrency=8, warmup_requests=32)
+    assert options.scaled(1.0) is options
+    scaled = options.scaled(8.0)
+    assert (scaled.requests, scaled.warmup_requests, scaled.concurrency) == (40, 8, 8)
+    tiny = BenchOptions(requests=10, concurrency=4, warmup_requests=4).scaled(8.0)
+    assert (tiny.requests, tiny.warmup_requests) == (4, 4)
+
+
+def test_tallies_are_summed_and_rated_in_the_unit_of_the_workload():
+    measurement = Measurement(concurrency=1, seconds=4.0)
+    measurement.record({"documents": 1, "mrz_exact": 1}, 0.5)
+    measurement.record({"documents": 1, "mrz_exact": 0}, 1.5)
+    measurement.record(RuntimeError("x"), 0.1)
+
+    def quality(tallies):
+        return {"mrz_exact_rate": tallies["mrz_exact"] / tallies["documents"]}
+
+    figs = figures(measurement, "documents", quality)
+    assert figs["unit"] == "documents" and figs["documents_per_s"] == 0.5
+    assert (figs["documents"], figs["mrz_exact"], figs["mrz_exact_rate"]) == (2, 1, 0.5)
+    assert figs["errors"] == 1 and "faces_per_s" not in figs
+
+
+class Scored:
+    max_batch = 1
+
+    def __init__(self, repository):
+        self.calls = 0
+
+    def __call__(self, payloads):
+        self.calls += len(payloads)
+        return [{"documents": 1, "mrz_exact": int(p == b"good"), "fields_exact": 0,
+                 "fields_correct": 0, "fields_total": 1, "valid": 0} for p in payloads]
+
+    def settings(self):
+        return {}
+
+
+def missing_peer(repository):
+    raise bench.PeerUnavailableError("not installed here")
+
+
+def document_like_workload() -> bench.Workload:
+    from kyc.document.evaluation import rates
+
+    return bench.Workload(name="document", description="d", models=(), payloads=lambda n: [],
+                          served=None, in_process=Scored, unit="documents", cost=2.0,
+                          quality=rates,
+                          peers={"there": ("a peer", Scored), "gone": ("gone", missing_peer)})
+
+
+def test_peers_run_like_the_in_process_scenario_and_a_missing_one_is_skipped():
+    options = BenchOptions(requests=8, concurrency=2, warmup_requests=2)
+    results = bench.run_in_process([document_like_workload()],
+                                   {"document": [b"good", b"bad"]}, options)
+    assert set(results) == {"document_in_process", "document_peer_there", "document_peer_gone"}
+    assert results["document_peer_gone"]["skipped"] == "not installed here"
+    there = results["document_peer_there"]
+    assert there["description"] == "a peer" and there["requests"] == 4  # 8 / cost 2
+    assert there["mrz_exact_rate"] == 0.5 and there["batch_size"] == 1
+
+
+def test_the_report_puts_our_document_reading_and_the_peers_side_by_side(tmp_path):
+    options = BenchOptions(requests=8, concurrency=2, warmup_requests=2)
+    scenarios = bench.run_in_process([document_like_workload()],
+                                     {"document": [b"good", b"good", b"bad", b"good"]}, options)
+    report = summarize(scenarios, options, datetime(2024, 1, 2, tzinfo=timezone.utc),
+                       bench.machine())
+    assert report["served_vs_inprocess_throughput"] is None  # no face workload run
+    side = report["document_reading"]
+    assert side["document_in_process"]["mrz_exact_rate"] == 0.75
+    assert side["document_peer_there"]["per_s"] > 0
+    assert side["document_peer_gone"] == {"skipped": "not installed here"}
+    bench.write_json(report, tmp_path / "bench.json")
+    table = format_table(report)
+    assert "skipped: not installed here" in table and "75.0%" in table
+
+
+def test_the_bench_command_offers_exactly_the_registered_workloads():
+    args = build_parser().parse_args(["bench", "--workload", "document", "--workload", "face"])
+    assert args.workload == ["document", "face"]
+    (action,) = [a for sub in build_parser()._subparsers._group_actions
+                 for name, p in sub.choices.items() if name == "bench"
+                 for a in p._actions if a.dest == "workload"]
+    assert set(action.choices) == set(bench.WORKLOADS)

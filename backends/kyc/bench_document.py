@@ -1,0 +1,172 @@
+"""The document-reading workload of ``kyc bench``, and its peer.
+
+One request = one photographed document through ``document_ocr`` (decode,
+detection, recognition, MRZ). Documents are rendered at run time from seeded
+random identities (the renderer of the tests: DejaVu visual zone, OCR-B MRZ, the
+real test portraits, the default degradations), and every reading is scored
+against what was printed (:mod:`kyc.document.evaluation`).
+
+The peer is ``rapidocr-onnxruntime`` (the same PP-OCR model family, in process:
+its own detector, orientation classifier and Chinese+Latin recogniser, with its
+default settings, one document per call). It has no MRZ reader, so its text
+lines go through the same ``parse_mrz`` as ours: the comparison is of the
+reading, with the same MRZ search and correction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kyc.bench import (
+    GrpcModels,
+    Outcome,
+    PeerUnavailableError,
+    Workload,
+    max_batch_size,
+    model_parameters,
+    onnx_model,
+)
+from kyc.document.evaluation import DocumentCase, rates, render_cases, score
+from kyc.image import ImageError
+
+DOCUMENT_MODELS = ("document_ocr", "ocr_preprocess", "ocr_det", "ocr_postprocess", "ocr_rec")
+PEER_PACKAGE = "rapidocr-onnxruntime"
+# A document costs about this many face requests on CPU (measured: ~0.6 s vs ~0.06 s).
+DOCUMENT_COST = 8.0
+
+
+def document_cases(count: int) -> list[DocumentCase]:
+    """``count`` rendered documents (TD3 and TD1 in turn), at least 2."""
+    from kyc.document.synthetic import require_fonts
+    from kyc_export.fetch import fetch_test_photos
+
+    require_fonts()
+    photos = fetch_test_photos()
+    portraits = [np.asarray(_rgb(photos[role])) for role in sorted(photos)
+                 if role != "CREDITS"]
+    return render_cases(max(2, count), portraits)
+
+
+def _rgb(path: Path) -> Any:
+    from PIL import Image
+
+    with Image.open(path) as image:
+        return image.convert("RGB")
+
+
+class DocumentServedClient(GrpcModels):
+    """document_ocr on one document; its DOCUMENT scored against the printed MRZ."""
+
+    def __call__(self, case: DocumentCase) -> Mapping[str, int]:
+        import json
+
+        image = np.array([[case.image]], dtype=np.object_)
+        result = self._infer("document_ocr", "IMAGE", image, "BYTES", ("DOCUMENT",))
+        return score(json.loads(result.as_numpy("DOCUMENT")[0, 0]), case)
+
+
+class DocumentInProcess:
+    """The ensemble's steps without Triton: prepare_page, one ocr_det run over the
+    batch's canvases, DocumentReader with ocr_rec's session, document_report."""
+
+    def __init__(self, repository: Path) -> None:
+        from kyc.document.model import PreprocessSettings, rec_alphabet
+        from kyc.document.ocr import DocumentReader, OcrSettings
+        from kyc.settings import from_parameters
+
+        self.page_settings = from_parameters(PreprocessSettings,
+                                             model_parameters(repository, "ocr_preprocess"))
+        ocr = from_parameters(OcrSettings, model_parameters(repository, "ocr_postprocess"))
+        self.max_batch = max_batch_size(repository, "document_ocr")
+        self.det_settings, self.det = onnx_model(repository, "ocr_det")
+        self.rec_name = ocr.rec_model
+        self.rec_settings, self.rec = onnx_model(repository, ocr.rec_model)
+        self.reader = DocumentReader(ocr, rec_alphabet(repository, ocr.rec_model),
+                                     self._recognise)
+
+    def _recognise(self, batch: np.ndarray) -> np.ndarray:
+        (probs,) = self.rec.run(["PROBS"], {"IMAGES": batch})
+        return probs
+
+    def __call__(self, cases: Sequence[DocumentCase]) -> list[Outcome]:
+        from kyc.document.model import prepare_page
+        from kyc.document.ocr import document_report
+
+        outcomes: list[Outcome | None] = [None] * len(cases)
+        pages, owners = [], []
+        for i, case in enumerate(cases):
+            try:
+                pages.append(prepare_page(case.image, self.page_settings))
+                owners.append(i)
+            except ImageError as exc:
+                outcomes[i] = exc
+        if pages:
+            canvases = np.stack([canvas for canvas, _ in pages])
+            (probs,) = self.det.run(["PROB_MAP"], {"IMAGES": canvases})
+            lines = self.reader.read([(canvas, prob, scale) for (canvas, scale), prob
+                                      in zip(pages, probs, strict=True)])
+            for i, page_lines in zip(owners, lines, strict=True):
+                outcomes[i] = score(document_report(page_lines), cases[i])
+        return outcomes  # type: ignore[return-value]
+
+    def settings(self) -> dict[str, Any]:
+        return {"onnx_intra_op_threads": {"ocr_det": self.det_settings.intra_op_threads,
+                                          self.rec_name: self.rec_settings.intra_op_threads}}
+
+
+class RapidOcrPeer:
+    """rapidocr-onnxruntime with its defaults, one document per call; its lines
+    read by kyc's parse_mrz."""
+
+    max_batch = 1
+
+    def __init__(self, repository: Path) -> None:
+        try:
+            from rapidocr_onnxruntime import RapidOCR
+        except ImportError as exc:
+            raise PeerUnavailableError(f"{PEER_PACKAGE} is not installed ({exc.name} missing); "
+                                  "`make test` installs it") from None
+        self.engine = RapidOCR()
+        self.today = date.today()
+
+    def __call__(self, cases: Sequence[DocumentCase]) -> list[Outcome]:
+        from kyc.document.mrz import parse_mrz
+
+        outcomes: list[Outcome] = []
+        for case in cases:
+            result, _ = self.engine(case.image)
+            texts = [text for _, text, _ in result or []]
+            outcomes.append(score(parse_mrz(texts, self.today), case))
+        return outcomes
+
+    def settings(self) -> dict[str, Any]:
+        from importlib.metadata import version
+
+        return {"package": f"{PEER_PACKAGE}=={version(PEER_PACKAGE)}",
+                "onnx_intra_op_threads": "its default (-1: onnxruntime picks, all cores)"}
+
+
+def document_workload() -> Workload:
+    return Workload(
+        name="document",
+        description="one document = document_ocr (decode, text detection, recognition, MRZ) "
+                    "on a rendered, photographed ID card or passport page, scored against "
+                    "its printed MRZ",
+        models=DOCUMENT_MODELS,
+        payloads=document_cases,
+        served=DocumentServedClient,
+        in_process=DocumentInProcess,
+        unit="documents",
+        cost=DOCUMENT_COST,
+        quality=rates,
+        peers={"rapidocr": (
+            f"{PEER_PACKAGE} in process (its own PP-OCRv4 det, cls and Chinese+Latin rec, "
+            "default settings), one document per call; its lines read by kyc's parse_mrz",
+            RapidOcrPeer)},
+    )
+

@@ -1,0 +1,55 @@
+"""Scoring a reading of a rendered document against what was printed on it."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from kyc.document.evaluation import TALLIES, rates, render_cases, score
+from kyc.document.mrz import empty_document, parse_mrz
+
+
+@pytest.fixture(scope="module")
+def cases():
+    return render_cases(2, [None])
+
+
+def test_cases_alternate_passport_and_id_card_and_are_seeded(cases):
+    assert [c.kind for c in cases] == ["td3", "td1"]
+    again = render_cases(2, [None])
+    assert [c.mrz_lines for c in again] == [c.mrz_lines for c in cases]
+    assert all(c.image[:2] == b"\xff\xd8" for c in cases)  # JPEG
+
+
+def test_the_printed_mrz_read_back_scores_every_tally(cases):
+    for case in cases:
+        tallies = score(parse_mrz(case.mrz_lines), case)
+        assert set(tallies) == set(TALLIES)
+        assert tallies == {"documents": 1, "mrz_found": 1, "mrz_exact": 1, "fields_exact": 1,
+                           "fields_correct": len(case.fields),
+                           "fields_total": len(case.fields), "valid": 1}
+
+
+def test_one_wrong_field_costs_one_field_and_the_document_not_the_mrz_found(cases):
+    case = cases[0]
+    document = copy.deepcopy(parse_mrz(case.mrz_lines))
+    document["fields"]["given_names"] = "SOMEONE ELSE"
+    document["mrz"]["lines"][0] = document["mrz"]["lines"][0][:-1] + "X"
+    tallies = score(document, case)
+    assert (tallies["mrz_found"], tallies["mrz_exact"], tallies["fields_exact"]) == (1, 0, 0)
+    assert tallies["fields_correct"] == len(case.fields) - 1
+
+
+def test_nothing_found_scores_zero_but_counts_the_document(cases):
+    tallies = score(empty_document(), cases[1])
+    assert tallies["documents"] == 1 and tallies["fields_total"] == len(cases[1].fields)
+    assert tallies["mrz_found"] == tallies["mrz_exact"] == tallies["valid"] == 0
+
+
+def test_rates_are_shares_of_documents_and_fields_and_null_for_nothing():
+    summed = {"documents": 4, "mrz_found": 4, "mrz_exact": 3, "fields_exact": 2,
+              "fields_correct": 41, "fields_total": 44, "valid": 4}
+    assert rates(summed) == {"mrz_exact_rate": 0.75, "fields_exact_rate": 0.5,
+                             "field_accuracy": 0.9318, "valid_rate": 1.0}
+    assert set(rates({}).values()) == {None}
