@@ -37,7 +37,7 @@ class OcrSettings:
     """``ocr_postprocess`` parameters (config ``parameters``; defaults here only)."""
 
     rec_model: str = "ocr_rec"
-    rec_max_batch: int = 64  # ocr_rec's max_batch_size
+    rec_max_batch: int = 8  # crops per ocr_rec call (at most its max_batch_size)
     rec_max_width: int = 1600  # widest crop given to the recogniser, pixels at height 48
     thresh: float = 0.3
     box_thresh: float = 0.6
