@@ -33,4 +33,6 @@ USER 1000:1000
 EXPOSE 8000 8001 8002
 HEALTHCHECK --interval=15s --timeout=5s --start-period=180s --retries=3 \
     CMD ["kyc", "health", "--url", "127.0.0.1:8000"]
-ENTRYPOINT ["kyc", "serve", "--model-repository", "/models", "--triton-home", "/opt/tritonserver"]
+# Liveness tokens are sealed with KYC_TOKEN_KEY (base64 of 32 random bytes) or
+# KYC_TOKEN_KEY_FILE (e.g. a mounted secret); every replica needs the same key.
+ENTRYPOINT ["kyc", "serve", "--model-repository", "/models", "--triton-home", "/opt/tritonserver", "--require-token-key"]

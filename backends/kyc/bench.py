@@ -48,7 +48,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from kyc.repo.config import load_config, parse_config
+from kyc.repo.config import load_config, model_parameters, parse_config
 from kyc.runtime.server import ServerError, ServerOptions, TritonServer, free_port
 
 log = logging.getLogger(__name__)
@@ -438,12 +438,6 @@ class GrpcModels:
 
     def close(self) -> None:
         self.client.close()
-
-
-def model_parameters(repository: Path, model: str) -> dict[str, str]:
-    """The string parameters of a model's config, as ``from_parameters`` takes them."""
-    config = load_config(repository / model / "config.pbtxt")
-    return {k: v.string_value for k, v in config.parameters.items()}
 
 
 def max_batch_size(repository: Path, model: str) -> int:

@@ -28,11 +28,11 @@ from kyc.bench import (
     PeerUnavailableError,
     Workload,
     max_batch_size,
-    model_parameters,
     onnx_model,
 )
 from kyc.document.evaluation import DocumentCase, rates, render_cases, score
 from kyc.image import ImageError
+from kyc.repo.config import model_parameters
 
 DOCUMENT_MODELS = ("document_ocr", "ocr_preprocess", "ocr_det", "ocr_postprocess", "ocr_rec")
 PEER_PACKAGE = "rapidocr-onnxruntime"

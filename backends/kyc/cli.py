@@ -39,7 +39,7 @@ def _server_version(http_url: str) -> str:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from kyc.repo.check import check_repository
-    from kyc.runtime.server import ServerOptions, TritonServer
+    from kyc.runtime.server import ServerError, ServerOptions, TritonServer
     from kyc.runtime.triton import TritonNotFoundError
 
     repository = args.model_repository.resolve()
@@ -64,6 +64,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         poll_secs=args.poll_secs,
         admin_key=admin_key,
         log_verbose=args.log_verbose,
+        require_token_key=args.require_token_key,
     )
     server = TritonServer(options, triton_home=args.triton_home, log_file=args.log_file)
 
@@ -80,7 +81,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         server.start()
-    except (TritonNotFoundError, OSError) as exc:
+    except (TritonNotFoundError, ServerError, OSError) as exc:
         print(f"kyc serve: cannot start tritonserver: {exc}", file=sys.stderr)
         server.stop(grace=1)
         return 1
@@ -238,6 +239,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--ready-timeout", type=float, default=180.0)
     serve.add_argument("--stop-grace", type=float, default=30.0)
     serve.add_argument("--skip-check", action="store_true", help="start despite repo problems")
+    serve.add_argument(
+        "--require-token-key", action="store_true",
+        help="refuse to start without KYC_TOKEN_KEY or KYC_TOKEN_KEY_FILE (the liveness "
+             "token key); without this flag a key file is created on first start "
+             "(~/.config/kyc/token.key)")
     serve.set_defaults(func=cmd_serve)
 
     repo = sub.add_parser("repo", help="model repository tools").add_subparsers(

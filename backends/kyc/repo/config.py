@@ -28,6 +28,13 @@ def load_config(path: Path) -> ModelConfig:
     return parse_config(path.read_text(encoding="utf-8"))
 
 
+def model_parameters(repository: Path, model: str) -> dict[str, str]:
+    """A model's string ``parameters``, from its config in ``repository`` (how one
+    model reads another's settings: one source of truth)."""
+    config = load_config(repository / model / "config.pbtxt")
+    return {k: v.string_value for k, v in config.parameters.items()}
+
+
 def type_name(data_type: int) -> str:
     """``TYPE_FP32`` for the enum value of FP32."""
     return DataType.Name(data_type)

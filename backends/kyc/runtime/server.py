@@ -40,6 +40,31 @@ class ServerError(RuntimeError):
     """The server failed to start, or stopped on its own."""
 
 
+def default_token_key_file() -> Path:
+    """``$XDG_CONFIG_HOME/kyc/token.key`` (``~/.config/kyc/token.key``)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "kyc" / "token.key"
+
+
+def token_key_environment(env: dict[str, str], options: ServerOptions) -> dict[str, str]:
+    """``env`` with a usable liveness token key for the models, checked here so that
+    a bad key stops the start with a clear message instead of failing models."""
+    from kyc.liveness.token import ENV_KEY, ENV_KEY_FILE, TokenKeyError, create_key_file, load_key
+
+    if not env.get(ENV_KEY) and not env.get(ENV_KEY_FILE):
+        if options.require_token_key:
+            raise ServerError(f"no liveness token key: set {ENV_KEY} (base64 of 32 random "
+                              f"bytes) or {ENV_KEY_FILE} (a file holding it); every server "
+                              "that reads the tokens needs the same key")
+        path = create_key_file(options.token_key_file or default_token_key_file())
+        env = {**env, ENV_KEY_FILE: str(path)}
+    try:
+        load_key(env)
+    except TokenKeyError as exc:
+        raise ServerError(str(exc)) from None
+    return env
+
+
 @dataclass(frozen=True)
 class ServerOptions:
     """How to run the server. Defaults are the public contract's ports."""
@@ -57,6 +82,11 @@ class ServerOptions:
     # connections up to this long before it exits.
     exit_timeout_secs: int = 10
     extra_args: tuple[str, ...] = field(default=())
+    # The liveness token key (KYC_TOKEN_KEY or KYC_TOKEN_KEY_FILE): without one the
+    # server refuses to start when this is set (the production image), else a key
+    # file is created on first start (token_key_file).
+    require_token_key: bool = False
+    token_key_file: Path | None = None
 
     @property
     def client_host(self) -> str:
@@ -240,9 +270,11 @@ class TritonServer:
         if self.log_file is not None:
             self._log_handle = open(self.log_file, "ab")  # noqa: SIM115 (closed in stop)
             stdout = self._log_handle
+        env = token_key_environment(self.install.environment(), self.options)
+        self.token_key_environment = {k: v for k, v in env.items() if k.startswith("KYC_TOKEN")}
         self.process = subprocess.Popen(
             self.command(),
-            env=self.install.environment(),
+            env=env,
             stdout=stdout,
             stderr=subprocess.STDOUT if stdout is not None else None,
             stdin=subprocess.DEVNULL,

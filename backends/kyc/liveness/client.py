@@ -1,0 +1,93 @@
+"""Client side of ``liveness_sequence``: stream the frames of one session.
+
+One session = one correlation id (``sequence_id``, an integer or a string). The
+first request carries ``sequence_start=True`` (its FRAME may be empty: its STATUS
+gives the challenge to show the person), the last ``sequence_end=True`` (its
+response carries IS_LIVE, LIVENESS_SCORE and LIVENESS_TOKEN). Over one gRPC
+stream the responses come back in order.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+MODEL = "liveness_sequence"
+TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class LivenessReply:
+    status: dict
+    is_live: bool
+    score: float
+    token: bytes
+
+    @classmethod
+    def from_result(cls, result: Any) -> LivenessReply:
+        return cls(json.loads(result.as_numpy("STATUS")[0, 0]),
+                   bool(result.as_numpy("IS_LIVE")[0, 0]),
+                   float(result.as_numpy("LIVENESS_SCORE")[0, 0]),
+                   bytes(result.as_numpy("LIVENESS_TOKEN")[0, 0]))
+
+
+def frame_input(frame: bytes) -> Any:
+    import tritonclient.grpc as grpcclient
+
+    tensor = grpcclient.InferInput("FRAME", [1, 1], "BYTES")
+    tensor.set_data_from_numpy(np.array([[frame]], dtype=np.object_))
+    return tensor
+
+
+class LivenessStream:
+    """One gRPC stream; any number of sessions may share it (each its own id)."""
+
+    def __init__(self, url: str) -> None:
+        import tritonclient.grpc as grpcclient
+
+        self.client = grpcclient.InferenceServerClient(url)
+        self.replies: queue.Queue = queue.Queue()
+        self.client.start_stream(callback=lambda result, error: self.replies.put(
+            (result, error)))
+
+    def send(self, sequence_id: int | str, frame: bytes, start: bool = False,
+             end: bool = False) -> None:
+        self.client.async_stream_infer(MODEL, [frame_input(frame)], sequence_id=sequence_id,
+                                       sequence_start=start, sequence_end=end)
+
+    def receive(self) -> LivenessReply | Exception:
+        """The next reply (in the order sent), or the error the server answered."""
+        result, error = self.replies.get(timeout=TIMEOUT_S)
+        return error if error is not None else LivenessReply.from_result(result)
+
+    def close(self) -> None:
+        self.client.stop_stream()
+        self.client.close()
+
+    def __enter__(self) -> LivenessStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def run_session(url: str, make_frames: Callable[[dict], Sequence[bytes]],
+                sequence_id: int | str | None = None) -> list[LivenessReply | Exception]:
+    """START with no frame; ``make_frames(challenge)`` (what the app asks the person to
+    do and films); every frame, END on the last. One reply per request, START's first."""
+    sid = sequence_id if sequence_id is not None else uuid.uuid4().hex
+    with LivenessStream(url) as stream:
+        stream.send(sid, b"", start=True)
+        started = stream.receive()
+        if isinstance(started, Exception):
+            return [started]
+        frames = make_frames(started.status["challenge"])
+        for k, frame in enumerate(frames):
+            stream.send(sid, frame, end=k == len(frames) - 1)
+        return [started, *(stream.receive() for _ in frames)]

@@ -1,0 +1,262 @@
+"""``liveness_sequence``: Triton glue of the liveness session (sequence batching).
+
+Each request is one frame of one session (its correlation id), with the control
+inputs START, END and READY. Per ``execute``: evict idle sessions, apply START
+(a new random challenge; a START for a live id resets it), then decode and detect
+the faces of ALL frames of the batch in one face path run (``kyc.face`` with ONE
+BLS call to ``face_detector``, the settings of ``face_preprocess``), embed every
+found face in one BLS call to ``face_embedding`` (and one to the passive
+anti-spoofing model when configured), add each frame to its session, and answer.
+At END the session is judged, sealed into LIVENESS_TOKEN and freed.
+
+Errors answer their own request only: a frame of a sequence without START, an
+undecodable frame, a session past ``max_frames``. Logs carry counts, shapes and
+timings, never frames, poses of a person, embeddings or tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kyc.face.preprocess import FacePreprocessor, FaceSettings
+from kyc.image import ImageError
+from kyc.liveness.challenge import MOVES, draw_challenge, parse_moves
+from kyc.liveness.session import (
+    PAD_NOT_CONFIGURED,
+    Frame,
+    LivenessSettings,
+    Session,
+    Verdict,
+    judge,
+)
+from kyc.liveness.store import SessionLimitError, SessionStore
+from kyc.liveness.token import LivenessClaims, TokenSealer, load_key
+from kyc.repo.config import model_parameters
+from kyc.settings import from_parameters
+from kyc.triton_glue import (
+    BlsError,
+    RequestError,
+    bls_infer,
+    config_parameters,
+    encoded_items,
+    error_response,
+    input_arrays,
+    parse_model_config,
+    tensor_response,
+)
+
+log = logging.getLogger(__name__)
+
+DETECTOR_OUTPUTS = ("LOC", "SCORES", "LANDMARKS")
+EMBEDDING_BATCH = 32  # face_embedding's max_batch_size
+
+
+@dataclass
+class _Item:
+    """One request of this execute, and what became of it."""
+
+    sid: Any
+    start: bool
+    end: bool
+    frame: bytes | None = None
+    error: Exception | None = None
+    result: Frame | None = None
+    session: Session | None = None
+
+
+class LivenessModel:
+    def initialize(self, args: dict[str, str]) -> None:
+        config = parse_model_config(args)
+        self.settings = from_parameters(LivenessSettings, config_parameters(config))
+        self.moves = parse_moves(self.settings.moves)
+        repository = Path(args["model_repository"]).parent
+        face = from_parameters(FaceSettings,
+                               model_parameters(repository, self.settings.face_model))
+        self.face = FacePreprocessor(face, self._detect)
+        self.detector_model = face.detector_model
+        self.match_threshold = float(model_parameters(
+            repository, self.settings.embedding_model)["match_threshold"])
+        self.sealer = TokenSealer(load_key())
+        self.store = SessionStore(self.settings.max_sessions, self.settings.idle_ttl_s)
+        log.info("%s: moves %s x%d, passive PAD %s, at most %d sessions idle %.0f s",
+                 args["model_name"], ",".join(self.moves), self.settings.challenge_length,
+                 self.settings.antispoof_model or PAD_NOT_CONFIGURED,
+                 self.settings.max_sessions, self.settings.idle_ttl_s)
+
+    def _detect(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        out = bls_infer(self.detector_model, {"IMAGES": batch}, DETECTOR_OUTPUTS)
+        return out["LOC"], out["SCORES"], out["LANDMARKS"]
+
+    # -- execute --------------------------------------------------------------------
+    def execute(self, requests: list) -> list:
+        started = time.perf_counter()
+        now = time.monotonic()
+        evicted = self.store.evict_idle(now)
+        items = [self._item(r) for r in requests]
+        for item in items:
+            if item.error is None:
+                self._bind(item, now)
+        try:
+            self._observe([i for i in items if i.error is None and i.frame])
+        except BlsError as exc:
+            log.error("liveness_sequence: %d requests failed: %s", len(requests), exc)
+            return [error_response(f"liveness_sequence failed: {exc}", invalid_argument=False)
+                    for _ in requests]
+        except Exception as exc:  # never raise out of execute
+            log.error("liveness_sequence: %d requests failed: %s", len(requests),
+                      type(exc).__name__)
+            return [error_response(f"liveness_sequence failed: {type(exc).__name__}",
+                                   invalid_argument=False) for _ in requests]
+        responses = [self._respond(item, time.monotonic()) for item in items]
+        log.info("liveness_sequence: %d requests, %d frames, %d sessions live (%d evicted) "
+                 "in %.1f ms", len(requests), sum(1 for i in items if i.result is not None),
+                 len(self.store), evicted, (time.perf_counter() - started) * 1e3)
+        return responses
+
+    def _item(self, request: Any) -> _Item:
+        """Control inputs, correlation id and frame of one request."""
+        try:
+            controls = input_arrays(request, ["START", "END", "READY"])
+            flag = {name: bool(np.asarray(controls[name]).ravel()[0]) if name in controls
+                    else False for name in ("START", "END", "READY")}
+            item = _Item(request.correlation_id(), flag["START"], flag["END"])
+            if "READY" in controls and not flag["READY"]:
+                item.error = RequestError("not a frame of a live sequence (READY is false)")
+                return item
+            frames = encoded_items(request, "FRAME")
+            if len(frames) != 1:
+                raise RequestError(f"FRAME must hold one frame per request, got {len(frames)}")
+            item.frame = frames[0]
+            if len(item.frame) > self.settings.max_image_bytes:
+                raise RequestError(f"FRAME is {len(item.frame)} bytes, more than the "
+                                   f"{self.settings.max_image_bytes} allowed")
+        except RequestError as exc:
+            return _Item(None, False, False, error=exc)
+        return item
+
+    def _bind(self, item: _Item, now: float) -> None:
+        """The item's session: a new one at START, the live one otherwise."""
+        if item.start:
+            challenge = draw_challenge(self.moves, self.settings.challenge_length)
+            try:
+                self.store.start(item.sid, Session(challenge, now, now))
+            except SessionLimitError as exc:
+                item.error = exc
+                return
+        session = self.store.get(item.sid)
+        if session is None:
+            item.error = RequestError(
+                "this sequence has no live session: send START first (sessions idle for "
+                f"{self.settings.idle_ttl_s:.0f} s are dropped)")
+            return
+        if not item.start and len(session.frames) >= self.settings.max_frames:
+            item.error = RequestError(f"a session holds at most {self.settings.max_frames} "
+                                      "frames: send END")
+            return
+        item.session = session
+
+    def _observe(self, items: list[_Item]) -> None:
+        """Faces of every frame in one face path run, embeddings in one BLS call."""
+        if not items:
+            return
+        results = self.face.run([i.frame for i in items])  # type: ignore[misc]
+        found = []
+        for item, result in zip(items, results, strict=True):
+            if isinstance(result, Exception):
+                item.error = (RequestError(f"FRAME: {result}") if isinstance(result, ImageError)
+                              else result)
+                continue
+            quality = result.quality or {}
+            item.result = Frame(
+                face_found=result.found, faces=result.faces,
+                pose=(quality["yaw"], quality["pitch"], quality["roll"]) if result.found
+                else None,
+                sharpness=float(quality.get("sharpness", 0.0)))
+            if result.found:
+                found.append((item, result.face))
+        embeddings: list[np.ndarray] = []
+        for first in range(0, len(found), EMBEDDING_BATCH):
+            faces = np.stack([face for _, face in found[first:first + EMBEDDING_BATCH]])
+            embeddings += list(bls_infer(self.settings.embedding_model, {"FACE": faces},
+                                         ["EMBEDDING"])["EMBEDDING"])
+        pad = self._pad_scores([face for _, face in found])
+        for k, ((item, _), embedding) in enumerate(zip(found, embeddings, strict=True)):
+            item.result = Frame(item.result.face_found, item.result.faces,  # type: ignore[union-attr]
+                                item.result.pose, item.result.sharpness,  # type: ignore[union-attr]
+                                np.asarray(embedding, np.float32),
+                                None if pad is None else float(pad[k]))
+
+    def _pad_scores(self, faces: list[np.ndarray]) -> np.ndarray | None:
+        """Real-face probability of each face from the configured anti-spoofing model."""
+        if not self.settings.antispoof_model or not faces:
+            return None
+        out = bls_infer(self.settings.antispoof_model, {"FACE": np.stack(faces)}, ["REAL"])
+        return np.asarray(out["REAL"], np.float32).reshape(-1)
+
+    # -- responses ------------------------------------------------------------------
+    def _respond(self, item: _Item, now: float) -> Any:
+        if item.error is not None:
+            if item.end and item.session is not None:  # a bad last frame still ends it
+                self.store.end(item.sid)
+            return error_response(str(item.error),
+                                  invalid_argument=isinstance(item.error, RequestError))
+        session = item.session
+        assert session is not None
+        if item.result is not None:
+            session.add(item.result, now)
+            self.store.touch(item.sid)
+        status: dict[str, Any] = {"state": "in_progress"}
+        if item.start:
+            status = {"state": "started", "challenge": self._challenge(session)}
+        if item.result is not None:
+            status["frame"] = item.result.findings(self.settings)
+        status["progress"] = session.progress(self.settings)
+        if not item.end:
+            return self._outputs(status, False, -1.0, b"")
+        self.store.end(item.sid)
+        verdict = judge(session, self.settings, now, self.match_threshold)
+        status.update({"state": "done", "is_live": verdict.is_live, "score": verdict.score,
+                       "reasons": verdict.reasons, "checks": verdict.checks,
+                       "figures": verdict.figures,
+                       "passive_pad": verdict.checks["passive_pad"]})
+        return self._outputs(status, verdict.is_live, verdict.score,
+                             self._token(item.sid, session, verdict))
+
+    def _challenge(self, session: Session) -> dict:
+        s = self.settings
+        return {
+            "moves": list(session.challenge),
+            "instructions": [MOVES[m].instruction for m in session.challenge],
+            "how": (f"face the camera, then make each move in this order, holding it for "
+                    f"{s.min_hold_frames} frames and coming back to face the camera between "
+                    f"moves; frames as the camera sees them, not mirrored"),
+            "min_turn_deg": s.amplitude_deg,
+            "min_duration_s": s.min_duration_s,
+            "max_duration_s": s.max_duration_s,
+            "max_frames": s.max_frames,
+            "passive_pad": "configured" if s.antispoof_model else PAD_NOT_CONFIGURED,
+        }
+
+    def _token(self, sid: Any, session: Session, verdict: Verdict) -> bytes:
+        issued = time.time()
+        return self.sealer.seal(LivenessClaims(
+            session=str(sid), is_live=verdict.is_live, score=verdict.score, issued_at=issued,
+            expires_at=issued + self.settings.token_ttl_s, challenge=session.challenge,
+            embedding=verdict.best_embedding))
+
+    @staticmethod
+    def _outputs(status: dict, is_live: bool, score: float, token: bytes) -> Any:
+        return tensor_response({
+            "STATUS": np.array([[json.dumps(status).encode()]], dtype=np.object_),
+            "IS_LIVE": np.array([[is_live]], dtype=np.bool_),
+            "LIVENESS_SCORE": np.array([[score]], dtype=np.float32),
+            "LIVENESS_TOKEN": np.array([[token]], dtype=np.object_),
+        })
+

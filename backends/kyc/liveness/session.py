@@ -1,0 +1,192 @@
+"""One liveness session: what each frame showed, and the verdict at END.
+
+Pure code: frames arrive as :class:`Frame` observations (made by the model from
+``face_preprocess`` and ``face_embedding`` outputs); nothing here sees pixels, and
+nothing here logs (embeddings and poses belong to a person).
+
+What a session must show to be live (every threshold is a config parameter):
+
+- ``challenge``: the challenge's head turns, exactly, in order (see challenge.py);
+- ``same_person``: every frame with a face embedded and compared with the best
+  frame; at most ``max_other_person_fraction`` of them below ``face_embedding``'s
+  ``match_threshold``;
+- ``single_face``: one face in at least ``min_single_face_fraction`` of the frames;
+- ``sharp_frames``: at least ``min_sharp_frames`` frames with a face at least
+  ``min_sharpness`` sharp;
+- ``duration``: between ``min_duration_s`` and ``max_duration_s`` from START to END;
+- ``passive_pad``: when a passive anti-spoofing model is configured, its mean
+  real-face probability at least ``min_pad_score``; otherwise "not_configured" and
+  not counted (no trained weights are shipped: see README).
+
+LIVENESS_SCORE is 0..1: the mean of the challenge progress (moves done in order
+over moves asked), the share of frames of the same person, and the share of sharp
+single-face frames; IS_LIVE needs every check to pass, whatever the score.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kyc.liveness.challenge import MOVES, events, progress
+
+PAD_NOT_CONFIGURED = "not_configured"
+
+
+@dataclass(frozen=True)
+class LivenessSettings:
+    """``liveness_sequence`` parameters (config ``parameters``; defaults here only)."""
+
+    face_model: str = "face_preprocess"
+    embedding_model: str = "face_embedding"
+    antispoof_model: str = ""  # empty: passive PAD not configured
+    moves: str = "left,right"
+    challenge_length: int = 3
+    amplitude_deg: float = 12.0
+    centre_deg: float = 6.0
+    min_hold_frames: int = 2
+    baseline_frames: int = 3
+    max_other_person_fraction: float = 0.1
+    min_single_face_fraction: float = 0.8
+    min_sharp_frames: int = 5
+    min_sharpness: float = 50.0
+    min_duration_s: float = 1.0
+    max_duration_s: float = 60.0
+    max_frames: int = 600  # a session that sends more is answered with an error
+    min_pad_score: float = 0.5
+    idle_ttl_s: float = 120.0  # sessions idle this long are evicted
+    max_sessions: int = 256
+    token_ttl_s: float = 300.0
+    max_image_bytes: int = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True, eq=False)
+class Frame:
+    """What one frame showed."""
+
+    face_found: bool
+    faces: int = 0
+    pose: tuple[float, float, float] | None = None  # yaw, pitch, roll in degrees
+    sharpness: float = 0.0
+    embedding: np.ndarray | None = None  # L2-normalised, when a face was found
+    pad_score: float | None = None  # real-face probability from face_antispoof
+
+    def findings(self, settings: LivenessSettings) -> dict:
+        """The per-frame part of STATUS: no identity, only what the app can act on."""
+        out: dict = {"face_found": self.face_found, "faces": self.faces}
+        if self.pose is not None:
+            out["yaw"], out["pitch"] = round(self.pose[0], 1), round(self.pose[1], 1)
+            out["sharp"] = self.sharpness >= settings.min_sharpness
+        return out
+
+
+@dataclass
+class Session:
+    challenge: tuple[str, ...]
+    started: float  # time.monotonic()
+    last_seen: float
+    frames: list[Frame] = field(default_factory=list)
+
+    def add(self, frame: Frame, now: float) -> None:
+        self.frames.append(frame)
+        self.last_seen = now
+
+    def offsets(self, settings: LivenessSettings) -> list[np.ndarray | None]:
+        """Each frame's (yaw, pitch) minus the baseline (median of the first frames
+        with a face); None where no face was found."""
+        poses = [np.array(f.pose[:2]) if f.face_found and f.pose else None for f in self.frames]
+        seen = [p for p in poses if p is not None][: settings.baseline_frames]
+        if not seen:
+            return [None] * len(poses)
+        baseline = np.median(np.stack(seen), axis=0)
+        return [None if p is None else p - baseline for p in poses]
+
+    def events(self, settings: LivenessSettings) -> list[str]:
+        moves = [m.strip() for m in settings.moves.split(",") if m.strip() in MOVES]
+        return events(self.offsets(settings), moves, settings.amplitude_deg,
+                      settings.centre_deg, settings.min_hold_frames)
+
+    def progress(self, settings: LivenessSettings) -> dict:
+        done = progress(self.events(settings), self.challenge)
+        nxt = self.challenge[done] if done < len(self.challenge) else None
+        return {"moves_done": done, "moves": len(self.challenge), "next": nxt,
+                "frames": len(self.frames)}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    is_live: bool
+    score: float
+    checks: dict  # name -> bool (or PAD_NOT_CONFIGURED)
+    reasons: list[str]  # stable snake_case codes of the failed checks
+    figures: dict  # counts and ratios behind the checks (no identity)
+    best_embedding: np.ndarray | None
+
+
+def best_frame(frames: list[Frame], settings: LivenessSettings, offsets: list) -> int | None:
+    """The sharpest frame facing the camera (within the centre band), else the sharpest."""
+    candidates = [i for i, f in enumerate(frames) if f.face_found and f.embedding is not None]
+    if not candidates:
+        return None
+    frontal = [i for i in candidates if offsets[i] is not None
+               and np.abs(offsets[i]).max() <= settings.centre_deg]
+    return max(frontal or candidates, key=lambda i: frames[i].sharpness)
+
+
+def judge(session: Session, settings: LivenessSettings, ended: float,
+          match_threshold: float) -> Verdict:
+    """The verdict of a finished session; ``match_threshold``: the cosine above which
+    two faces are the same person (``face_embedding``'s own parameter)."""
+    frames = session.frames
+    total = max(len(frames), 1)
+    offsets = session.offsets(settings)
+    found_events = session.events(settings)
+    done = progress(found_events, session.challenge)
+    best = best_frame(frames, settings, offsets)
+    with_face = [f for f in frames if f.face_found and f.embedding is not None]
+    if best is not None:
+        reference = frames[best].embedding
+        similar = [float(np.dot(f.embedding, reference)) for f in with_face]
+        same_share = sum(s >= match_threshold for s in similar) / len(similar)
+    else:
+        same_share = 0.0
+    single = sum(f.faces == 1 for f in frames) / total
+    sharp = sum(f.face_found and f.faces == 1 and f.sharpness >= settings.min_sharpness
+                for f in frames)
+    duration = ended - session.started
+    checks: dict = {
+        "challenge": list(found_events) == list(session.challenge),
+        "same_person": best is not None and 1 - same_share <= settings.max_other_person_fraction,
+        "single_face": single >= settings.min_single_face_fraction,
+        "sharp_frames": sharp >= settings.min_sharp_frames,
+        "duration": settings.min_duration_s <= duration <= settings.max_duration_s,
+    }
+    pad = [f.pad_score for f in frames if f.pad_score is not None]
+    if settings.antispoof_model:
+        checks["passive_pad"] = bool(pad) and float(np.mean(pad)) >= settings.min_pad_score
+    else:
+        checks["passive_pad"] = PAD_NOT_CONFIGURED
+    reasons = [REASONS[name] for name, ok in checks.items() if ok is False]
+    score = float(np.mean([done / max(len(session.challenge), 1), same_share, sharp / total]))
+    figures = {
+        "frames": len(frames), "frames_with_face": len(with_face),
+        "moves_done": done, "moves": len(session.challenge),
+        "same_person_share": round(same_share, 3), "single_face_share": round(single, 3),
+        "sharp_frames": sharp, "duration_s": round(duration, 2),
+    }
+    if pad:
+        figures["pad_score"] = round(float(np.mean(pad)), 3)
+    is_live = all(ok is True or ok == PAD_NOT_CONFIGURED for ok in checks.values())
+    return Verdict(is_live, round(score, 4), checks, reasons, figures,
+                   None if best is None else frames[best].embedding)
+
+
+REASONS = {
+    "challenge": "challenge_not_completed",
+    "same_person": "face_changed",
+    "single_face": "multiple_or_no_faces",
+    "sharp_frames": "too_few_sharp_frames",
+    "duration": "duration_out_of_bounds",
+    "passive_pad": "passive_pad_failed",
+}

@@ -1,0 +1,153 @@
+"""LIVENESS_TOKEN: the result of a liveness session, encrypted and authenticated.
+
+AES-256-GCM (``cryptography``) with a 96-bit random nonce per token. The token is
+``"kyc1." + base64url(nonce || ciphertext || tag)``; the associated data binds the
+format version. Its plaintext is JSON: session id, verdict, score, issue and expiry
+times (Unix seconds), the challenge, and the embedding of the session's best frame
+(so ``kyc_ensemble`` can check that the selfie and the document show the live
+person). A client can neither read nor change it: a modified byte fails the tag,
+an expired token is refused.
+
+The key (32 bytes) is shared by every model that makes or reads tokens:
+``KYC_TOKEN_KEY`` (base64) or ``KYC_TOKEN_KEY_FILE`` (a file holding it in
+base64). ``kyc serve`` creates a key file on first start; the Docker image refuses
+to start without one.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+PREFIX = "kyc1."
+AAD = b"kyc-liveness-token-v1"
+KEY_BYTES = 32
+NONCE_BYTES = 12
+ENV_KEY = "KYC_TOKEN_KEY"
+ENV_KEY_FILE = "KYC_TOKEN_KEY_FILE"
+
+
+class TokenError(ValueError):
+    """A token that cannot be trusted: malformed, altered, from another key, expired."""
+
+
+class TokenKeyError(RuntimeError):
+    """No usable token key configured."""
+
+
+def _decode_key(raw: bytes, where: str) -> bytes:
+    try:
+        key = base64.b64decode(raw.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        key = b""
+    if len(key) != KEY_BYTES:
+        raise TokenKeyError(f"{where}: a token key is {KEY_BYTES} bytes, base64-encoded")
+    return key
+
+
+def load_key(environ: dict[str, str] | None = None) -> bytes:
+    """The token key from ``KYC_TOKEN_KEY`` or ``KYC_TOKEN_KEY_FILE``."""
+    env = os.environ if environ is None else environ
+    if env.get(ENV_KEY):
+        return _decode_key(env[ENV_KEY].encode(), ENV_KEY)
+    if env.get(ENV_KEY_FILE):
+        path = Path(env[ENV_KEY_FILE])
+        try:
+            return _decode_key(path.read_bytes(), f"{ENV_KEY_FILE} ({path})")
+        except OSError as exc:
+            raise TokenKeyError(f"{ENV_KEY_FILE}: cannot read {path}: {exc.strerror}") from None
+    raise TokenKeyError(f"no token key: set {ENV_KEY} (base64 of {KEY_BYTES} random bytes) "
+                        f"or {ENV_KEY_FILE}")
+
+
+def create_key_file(path: Path) -> Path:
+    """Write a new random key (base64) to ``path``, readable by its owner only, unless
+    the file exists already."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(base64.b64encode(secrets.token_bytes(KEY_BYTES)) + b"\n")
+    return path
+
+
+@dataclass(frozen=True)
+class LivenessClaims:
+    session: str
+    is_live: bool
+    score: float
+    issued_at: float
+    expires_at: float
+    challenge: tuple[str, ...]
+    embedding: np.ndarray | None  # float32, L2-normalised
+
+    def to_json(self) -> bytes:
+        embedding = None if self.embedding is None else base64.b64encode(
+            np.asarray(self.embedding, dtype="<f4").tobytes()).decode()
+        return json.dumps({"sid": self.session, "live": self.is_live, "score": self.score,
+                           "iat": self.issued_at, "exp": self.expires_at,
+                           "challenge": list(self.challenge), "emb": embedding},
+                          separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> LivenessClaims:
+        try:
+            raw = json.loads(data)
+            embedding = None if raw["emb"] is None else np.frombuffer(
+                base64.b64decode(raw["emb"]), dtype="<f4").astype(np.float32)
+            return cls(str(raw["sid"]), bool(raw["live"]), float(raw["score"]),
+                       float(raw["iat"]), float(raw["exp"]), tuple(raw["challenge"]), embedding)
+        except (ValueError, KeyError, TypeError, binascii.Error) as exc:
+            raise TokenError(f"token content is malformed: {type(exc).__name__}") from None
+
+
+class TokenSealer:
+    """Seal and open liveness tokens with one key."""
+
+    def __init__(self, key: bytes) -> None:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        if len(key) != KEY_BYTES:
+            raise TokenKeyError(f"a token key is {KEY_BYTES} bytes")
+        self._aead = AESGCM(key)
+
+    def seal(self, claims: LivenessClaims) -> bytes:
+        nonce = secrets.token_bytes(NONCE_BYTES)
+        sealed = self._aead.encrypt(nonce, claims.to_json(), AAD)
+        return (PREFIX + base64.urlsafe_b64encode(nonce + sealed).decode().rstrip("=")).encode()
+
+    def open(self, token: bytes, now: float | None = None) -> LivenessClaims:
+        """The claims of a genuine, unexpired token; else :class:`TokenError`."""
+        from cryptography.exceptions import InvalidTag
+
+        try:
+            text = token.decode("ascii")
+        except UnicodeDecodeError:
+            raise TokenError("token is not ASCII") from None
+        if not text.startswith(PREFIX):
+            raise TokenError("not a liveness token (wrong prefix)")
+        body = text[len(PREFIX):]
+        try:
+            blob = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+        except (binascii.Error, ValueError):
+            raise TokenError("token is not base64url") from None
+        if len(blob) < NONCE_BYTES + 16:
+            raise TokenError("token is too short")
+        try:
+            plain = self._aead.decrypt(blob[:NONCE_BYTES], blob[NONCE_BYTES:], AAD)
+        except InvalidTag:
+            raise TokenError("token was altered or made with another key") from None
+        claims = LivenessClaims.from_json(plain)
+        if (time.time() if now is None else now) >= claims.expires_at:
+            raise TokenError("token has expired")
+        return claims

@@ -1,0 +1,202 @@
+"""The liveness aggregator on pose trajectories, the session store and the token (no server)."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+
+import numpy as np
+import pytest
+
+from kyc.liveness.challenge import draw_challenge, events, parse_moves, progress
+from kyc.liveness.session import Frame, LivenessSettings, Session, judge
+from kyc.liveness.store import SessionLimitError, SessionStore
+from kyc.liveness.token import (
+    LivenessClaims,
+    TokenError,
+    TokenKeyError,
+    TokenSealer,
+    create_key_file,
+    load_key,
+)
+
+SETTINGS = LivenessSettings()
+MOVES = ("left", "right")
+THRESHOLD = 0.363
+
+
+def yaw_track(*segments: tuple[float, int]) -> list[np.ndarray]:
+    """Offsets (yaw, pitch=0) holding each yaw for its number of frames."""
+    return [np.array([yaw, 0.0]) for yaw, count in segments for _ in range(count)]
+
+
+def found(track):
+    return events(track, MOVES, amplitude=12, centre=6, min_hold=2)
+
+
+# -- challenge ---------------------------------------------------------------------------
+def test_turns_separated_by_the_centre_are_events_in_order():
+    assert found(yaw_track((0, 3), (20, 3), (0, 3), (-20, 3), (0, 3), (20, 3))) == [
+        "left", "right", "left"]
+
+
+def test_holding_a_turn_or_flickering_across_the_centre_band_is_one_event():
+    # 9 degrees is between centre and amplitude: still turned, not a new turn
+    assert found(yaw_track((0, 3), (20, 3), (9, 2), (20, 3), (0, 3))) == ["left"]
+    # a single frame back at the centre does not count (min_hold 2)
+    assert found(yaw_track((0, 3), (20, 3), (0, 1), (20, 3))) == ["left"]
+    # but a held return does: two lefts
+    assert found(yaw_track((0, 3), (20, 3), (0, 2), (20, 3))) == ["left", "left"]
+
+
+def test_a_turn_must_pass_the_amplitude_for_enough_frames():
+    assert found(yaw_track((0, 3), (11, 5), (0, 3))) == []
+    assert found(yaw_track((0, 3), (20, 1), (0, 3))) == []
+
+
+def test_frames_without_a_face_neither_break_nor_make_a_hold():
+    track = [*yaw_track((0, 3), (20, 1)), None, *yaw_track((20, 1), (0, 3))]
+    assert found(track) == ["left"]
+
+
+def test_progress_counts_moves_in_order_and_stops_at_the_first_wrong_one():
+    assert progress(["left", "right"], ("left", "right", "left")) == 2
+    assert progress(["right", "left", "left"], ("left", "right", "left")) == 0
+    assert progress(["left", "left", "right"], ("left", "right", "left")) == 1
+
+
+def test_challenges_use_the_configured_moves_and_never_one_move_all_along():
+    assert parse_moves(" left, right ") == ("left", "right")
+    with pytest.raises(ValueError, match="sideways"):
+        parse_moves("left,sideways")
+    picks = itertools.cycle(["left", "left", "left", "right", "left", "right"])
+    assert draw_challenge(MOVES, 3, lambda options: next(picks)) == ("right", "left", "right")
+    assert draw_challenge(("up",), 2) == ("up", "up")
+    drawn = {draw_challenge(MOVES, 3) for _ in range(200)}
+    assert len(drawn) == 6 and ("left",) * 3 not in drawn
+
+
+# -- sessions ------------------------------------------------------------------------------
+def unit(seed: int) -> np.ndarray:
+    v = np.random.default_rng(seed).normal(size=128).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+def near(base: np.ndarray, seed: int) -> np.ndarray:
+    v = base + 0.3 * unit(seed)
+    return (v / np.linalg.norm(v)).astype(np.float32)
+
+
+def session_of(yaws: list[float], challenge=("left", "right", "left"), person=None,
+               duration: float = 5.0, faces: int = 1, sharpness: float = 500.0):
+    person = unit(1) if person is None else person
+    session = Session(tuple(challenge), started=0.0, last_seen=0.0)
+    for k, yaw in enumerate(yaws):
+        embedding = person[k] if isinstance(person, list) else near(person, 100 + k)
+        session.add(Frame(True, faces, (yaw, 0.0, 0.0), sharpness, embedding),
+                    duration * k / max(len(yaws), 1))
+    return session, duration
+
+
+LIVE = [0.0] * 3 + [25.0] * 3 + [0.0] * 3 + [-25.0] * 3 + [0.0] * 3 + [25.0] * 3 + [0.0] * 3
+
+
+def test_a_session_that_does_the_challenge_is_live_with_a_high_score():
+    session, ended = session_of(LIVE)
+    verdict = judge(session, SETTINGS, ended, THRESHOLD)
+    assert verdict.is_live and verdict.reasons == [] and verdict.score > 0.95
+    assert verdict.checks["passive_pad"] == "not_configured"
+    assert verdict.best_embedding is not None and verdict.figures["moves_done"] == 3
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    ({"yaws": [0.0] * 21}, "challenge_not_completed"),
+    ({"challenge": ("right", "left", "right")}, "challenge_not_completed"),
+    ({"duration": 0.5}, "duration_out_of_bounds"),
+    ({"duration": 90.0}, "duration_out_of_bounds"),
+    ({"faces": 2}, "multiple_or_no_faces"),
+    ({"sharpness": 10.0}, "too_few_sharp_frames"),
+])
+def test_each_failed_check_says_why(change, reason):
+    kwargs = {"yaws": LIVE, **change}
+    session, ended = session_of(**kwargs)
+    verdict = judge(session, SETTINGS, ended, THRESHOLD)
+    assert not verdict.is_live and reason in verdict.reasons
+
+
+def test_another_face_halfway_is_a_changed_face():
+    a, b = unit(1), unit(2)
+    people = [near(a, k) for k in range(10)] + [near(b, k) for k in range(10, len(LIVE))]
+    session, ended = session_of(LIVE, person=people)
+    verdict = judge(session, SETTINGS, ended, THRESHOLD)
+    assert not verdict.is_live and verdict.reasons == ["face_changed"]
+
+
+def test_a_configured_passive_pad_model_counts_and_can_fail_the_session():
+    from dataclasses import replace
+
+    settings = replace(SETTINGS, antispoof_model="face_antispoof")
+    session, ended = session_of(LIVE)
+    assert "passive_pad_failed" in judge(session, settings, ended, THRESHOLD).reasons
+    session.frames = [replace(frame, pad_score=0.9) for frame in session.frames]
+    assert judge(session, settings, ended, THRESHOLD).is_live
+
+
+# -- store ---------------------------------------------------------------------------------
+def test_the_store_evicts_idle_sessions_caps_them_and_a_start_resets():
+    store = SessionStore(max_sessions=2, idle_ttl_s=10)
+    store.start("a", Session(("left",), 0, 0))
+    store.start("b", Session(("left",), 0, 5))
+    with pytest.raises(SessionLimitError):
+        store.start("c", Session(("left",), 6, 6))
+    fresh = Session(("right",), 7, 7)
+    store.start("a", fresh)  # a START for a live id replaces it
+    assert store.get("a") is fresh and len(store) == 2
+    assert store.evict_idle(now=16) == 1 and store.get("b") is None  # b idle since 5
+    assert store.end("a") is fresh and len(store) == 0 and store.evicted == 1
+
+
+# -- token ---------------------------------------------------------------------------------
+def claims(expires: float = 2e9) -> LivenessClaims:
+    return LivenessClaims("s1", True, 0.97, 1e9, expires, ("left", "right"), unit(3))
+
+
+def test_a_token_round_trips_and_hides_its_content():
+    sealer = TokenSealer(b"k" * 32)
+    token = sealer.seal(claims())
+    assert token.startswith(b"kyc1.") and b"s1" not in base64.urlsafe_b64decode(
+        token[5:] + b"=" * (-len(token[5:]) % 4))
+    opened = sealer.open(token, now=1.5e9)
+    assert opened.session == "s1" and opened.is_live and opened.challenge == ("left", "right")
+    np.testing.assert_array_equal(opened.embedding, unit(3))
+    assert sealer.seal(claims()) != token  # a fresh nonce each time
+
+
+def test_altered_foreign_expired_or_garbage_tokens_are_refused():
+    sealer = TokenSealer(b"k" * 32)
+    token = bytearray(sealer.seal(claims()))
+    for position in (6, len(token) // 2, len(token) - 2):
+        forged = bytearray(token)
+        forged[position] = ord("B") if forged[position] != ord("B") else ord("C")
+        with pytest.raises(TokenError):
+            sealer.open(bytes(forged), now=1.5e9)
+    with pytest.raises(TokenError, match="another key"):
+        TokenSealer(b"j" * 32).open(bytes(token), now=1.5e9)
+    with pytest.raises(TokenError, match="expired"):
+        sealer.open(bytes(token), now=2e9)
+    for junk in (b"", b"kyc1.", b"kyc1.!!!", b"nope", "é".encode()):
+        with pytest.raises(TokenError):
+            sealer.open(junk)
+
+
+def test_the_key_comes_from_the_environment_or_a_private_key_file(tmp_path):
+    key = base64.b64encode(b"x" * 32).decode()
+    assert load_key({"KYC_TOKEN_KEY": key}) == b"x" * 32
+    path = create_key_file(tmp_path / "kyc" / "token.key")
+    assert path.stat().st_mode & 0o777 == 0o600
+    first = load_key({"KYC_TOKEN_KEY_FILE": str(path)})
+    assert len(first) == 32 and create_key_file(path) == path  # kept, not replaced
+    assert load_key({"KYC_TOKEN_KEY_FILE": str(path)}) == first
+    for env in ({}, {"KYC_TOKEN_KEY": "c2hvcnQ="}, {"KYC_TOKEN_KEY_FILE": str(tmp_path / "x")}):
+        with pytest.raises(TokenKeyError):
+            load_key(env)
