@@ -200,3 +200,23 @@ def test_the_key_comes_from_the_environment_or_a_private_key_file(tmp_path):
     for env in ({}, {"KYC_TOKEN_KEY": "c2hvcnQ="}, {"KYC_TOKEN_KEY_FILE": str(tmp_path / "x")}):
         with pytest.raises(TokenKeyError):
             load_key(env)
+
+
+# -- the shipped config ----------------------------------------------------------------------
+def test_the_shipped_config_sets_every_setting_and_bounds_idle_time_for_humans():
+    import dataclasses
+
+    from kyc.repo.config import load_config, model_parameters
+    from kyc.settings import from_parameters
+    from kyc_testing import SHIPPED_REPOSITORY
+
+    parameters = model_parameters(SHIPPED_REPOSITORY, "liveness_sequence")
+    assert set(parameters) == {f.name for f in dataclasses.fields(LivenessSettings)}
+    settings = from_parameters(LivenessSettings, parameters)
+    config = load_config(SHIPPED_REPOSITORY / "liveness_sequence" / "config.pbtxt")
+    idle_s = config.sequence_batching.max_sequence_idle_microseconds / 1e6
+    # far above Triton's 1 s default (a person between frames), bounded; the model's
+    # own eviction never comes before Triton has dropped the sequence
+    assert 10 <= idle_s <= settings.idle_ttl_s <= 300
+    assert config.sequence_batching.HasField("oldest")
+    assert settings.antispoof_model == ""  # no trained weights are shipped

@@ -121,3 +121,16 @@ def test_client_urls_use_loopback_when_listening_on_all_addresses(tmp_path):
     assert options.http_url == "127.0.0.1:18000"
     assert options.grpc_url == "127.0.0.1:18001"
     assert options.metrics_url == "http://127.0.0.1:18002/metrics"
+
+
+def test_python_models_are_precompiled_before_the_server_sees_them(tmp_path):
+    # The stub writes __pycache__ on first load whatever PYTHONDONTWRITEBYTECODE says,
+    # and poll mode reloads a model whose folder changed: the bytecode must be there first.
+    from kyc.runtime.server import precompile_python_models
+
+    version = tmp_path / "echo" / "1"
+    version.mkdir(parents=True)
+    (version / "model.py").write_text("X = 1\n")
+    precompile_python_models(tmp_path)
+    assert list((version / "__pycache__").glob("model.*.pyc"))
+    precompile_python_models(tmp_path / "missing")  # nothing there: no error

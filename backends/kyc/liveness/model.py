@@ -219,8 +219,10 @@ class LivenessModel:
             status["frame"] = item.result.findings(self.settings)
         status["progress"] = session.progress(self.settings)
         if not item.end:
+            status["sessions"] = self._sessions()
             return self._outputs(status, False, -1.0, b"")
         self.store.end(item.sid)
+        status["sessions"] = self._sessions()
         verdict = judge(session, self.settings, now, self.match_threshold)
         status.update({"state": "done", "is_live": verdict.is_live, "score": verdict.score,
                        "reasons": verdict.reasons, "checks": verdict.checks,
@@ -228,6 +230,10 @@ class LivenessModel:
                        "passive_pad": verdict.checks["passive_pad"]})
         return self._outputs(status, verdict.is_live, verdict.score,
                              self._token(item.sid, session, verdict))
+
+    def _sessions(self) -> dict:
+        """How many sessions this instance holds, and has evicted idle (no identities)."""
+        return {"live": len(self.store), "evicted_idle": self.store.evicted}
 
     def _challenge(self, session: Session) -> dict:
         s = self.settings

@@ -1,0 +1,72 @@
+"""Idle liveness sessions are evicted, and the count of held sessions goes back to zero.
+
+A server of its own over a copy of the face models and liveness_sequence whose
+config is shortened: Triton drops a sequence idle for 1.5 s, the model evicts
+state idle for 2 s.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+
+import pytest
+import tritonclient.grpc as grpcclient
+
+from kyc.liveness.client import LivenessReply, frame_input
+from kyc.liveness.synthetic import encode
+from kyc.repo.config_edit import set_string_parameter
+from kyc_testing import SHIPPED_REPOSITORY, link_tree, require_weights, start_server
+
+pytestmark = pytest.mark.integration
+
+MODELS = ("face_detector", "face_preprocess", "face_embedding", "liveness_sequence")
+
+
+@pytest.fixture(scope="module")
+def short_lived(tmp_path_factory):
+    require_weights()
+    root = tmp_path_factory.mktemp("eviction") / "models"
+    for model in MODELS:
+        link_tree(SHIPPED_REPOSITORY / model, root / model)
+    config = root / "liveness_sequence" / "config.pbtxt"
+    text = set_string_parameter(config.read_text(), "idle_ttl_s", "2")
+    text = re.sub(r"max_sequence_idle_microseconds: \d+", "max_sequence_idle_microseconds: "
+                  "1500000", text)
+    config.unlink()  # hard-linked to the shipped file: write a new one
+    config.write_text(text)
+    server = start_server(root, root.parent / "tritonserver.log")
+    client = grpcclient.InferenceServerClient(server.options.grpc_url)
+    yield client
+    client.close()
+    server.stop()
+
+
+def call(client, sid, frame=b"", start=False, end=False):
+    try:
+        return LivenessReply.from_result(client.infer(
+            "liveness_sequence", [frame_input(frame)], sequence_id=sid, sequence_start=start,
+            sequence_end=end))
+    except Exception as exc:  # the error is the result
+        return exc
+
+
+def test_idle_sessions_are_evicted_and_the_held_count_returns_to_zero(short_lived):
+    import numpy as np
+
+    frame = encode(np.full((120, 160, 3), 128, np.uint8), 90)
+    idle = [uuid.uuid4().hex for _ in range(3)]
+    for sid in idle:
+        assert call(short_lived, sid, start=True).status["state"] == "started"
+        assert call(short_lived, sid, frame).status["frame"]["face_found"] is False
+    fourth = call(short_lived, "fourth", start=True)
+    assert fourth.status["sessions"]["live"] == 4
+    time.sleep(3)
+    fresh = call(short_lived, "fresh", start=True)
+    assert fresh.status["sessions"] == {"live": 1, "evicted_idle": 4}
+    late = call(short_lived, idle[0], frame)
+    assert isinstance(late, Exception) and "START" in str(late)
+    done = call(short_lived, "fresh", frame, end=True)
+    assert done.status["state"] == "done" and done.status["sessions"]["live"] == 0
+    assert not done.is_live and "challenge_not_completed" in done.status["reasons"]
