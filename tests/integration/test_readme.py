@@ -59,3 +59,24 @@ def test_the_document_snippet_reads_a_rendered_document(server, tmp_path):
     printed = run_snippet(code).splitlines()
     assert printed[0].endswith("MRZ valid: True"), printed
     assert printed[1] == f"{doc.fields['document_number']} {doc.fields['expiry_date']}"
+
+
+def test_the_liveness_snippet_streams_a_session_to_a_verdict(server, client):
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    path = fetch.fetch_test_photos()["person_a_2"]
+    tensor = grpcclient.InferInput("IMAGE", [1, 1], "BYTES")
+    tensor.set_data_from_numpy(np.array([[path.read_bytes()]], dtype=np.object_))
+    box = client.infer("face_preprocess", [tensor]).as_numpy("BOX")[0].tolist()
+    # The person's frames: rendered by the documented warp (tests only).
+    setup = ("from kyc.liveness.synthetic import turn_sequence\n"
+             "import numpy as np\nfrom PIL import Image\n"
+             f"IMAGE = np.asarray(Image.open({str(path)!r}).convert('RGB'))\nBOX = {box!r}\n")
+    code = setup + (readme_snippet("Liveness (for app developers)")
+                    .replace('"localhost:8001"', repr(server.options.grpc_url))
+                    .replace("return frames", "return turn_sequence(IMAGE, BOX, "
+                             "challenge['moves'])"))
+    printed = run_snippet(code).splitlines()
+    assert printed[0].startswith("['turn your head to your"), printed
+    assert printed[-1].startswith("True ") and printed[-1].endswith(" []"), printed
