@@ -14,9 +14,6 @@ No weights ship with this module: the user brings the checkpoint.
 from __future__ import annotations
 
 import logging
-import os
-import secrets
-import stat
 import tempfile
 import warnings
 from collections.abc import Mapping, Sequence
@@ -40,7 +37,7 @@ from kyc.repo.config_edit import (
 )
 from kyc.repo.publish import Published, PublishError, publish
 
-from ._fs import fsync_dir
+from ._fs import replace_file
 from .convert import (
     L2_EPSILON,
     SFACE_TARGET_OPSET,
@@ -336,36 +333,8 @@ def checkpoint_metadata(path: Path) -> dict[str, str]:
 
 def save_model(model: onnx.ModelProto, path: Path) -> Path:
     """Write ``model`` to ``path`` (replacing it whole)."""
-    _replace_file(Path(path), model.SerializeToString())
+    replace_file(Path(path), model.SerializeToString())
     return Path(path)
-
-
-def _replace_file(path: Path, data: bytes) -> None:
-    """Replace ``path`` by ``data`` atomically: a reader sees the old or the new file.
-
-    The new file is created with the mode of the file it replaces (a new one: 0666 less
-    the umask), never a private temporary mode that a server running as another user
-    could not read. A hard link to the old file keeps the old content.
-    """
-    mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o666 & ~_umask()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    try:
-        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out:
-            os.fchmod(out.fileno(), mode)
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)  # left only when something failed
-    fsync_dir(path.parent)
-
-
-def _umask() -> int:
-    current = os.umask(0)
-    os.umask(current)
-    return current
 
 
 # --------------------------------------------------------------------------- publish
@@ -515,18 +484,18 @@ def _switch(
     # Nothing served yet: the new config can go first, and publish checks against it.
     pinned = set_version_policy(old_text, served) if served else new_text
     if pinned != old_text:
-        _replace_file(config_path, pinned.encode("utf-8"))
+        replace_file(config_path, pinned.encode("utf-8"))
         logger.info("%s: config pinned to version(s) %s", model_dir.name, served)
     try:
         published = publish(repository, model_dir.name, src, force=bool(served))
     except BaseException:
         if pinned != old_text:
-            _replace_file(config_path, old_text.encode("utf-8"))
+            replace_file(config_path, old_text.encode("utf-8"))
         raise
     final, notes = _final_text(repository, model_dir, new_text, published.version)
     if final != pinned:
         try:
-            _replace_file(config_path, final.encode("utf-8"))
+            replace_file(config_path, final.encode("utf-8"))
         except OSError as exc:
             raise InstallError(
                 f"{model_dir.name}: version {published.version} is in place but {config_path} "

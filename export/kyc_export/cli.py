@@ -25,6 +25,8 @@ REPOSITORY_ENV = "KYC_MODEL_REPOSITORY"
 # kyc_export.iresnet.ARCH_LAYERS, listed here so that the parser does not import torch.
 ARCFACE_ARCHS = ("r18", "r34", "r50", "r100")
 ARCFACE_INSTALL_HINT = "pip install -c constraints.txt -e '.[arcface]'"
+# kyc_export.minifasnet.ARCHS, for the same reason.
+ANTISPOOF_ARCHS = ("MiniFASNetV1", "MiniFASNetV2", "MiniFASNetV1SE", "MiniFASNetV2SE")
 
 
 def add_models_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -65,6 +67,7 @@ def add_models_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
 
     actions.add_parser("list", help="show the pinned model sources and licenses")
     _add_arcface_parser(actions)
+    _add_antispoof_parser(actions)
     return models
 
 
@@ -113,6 +116,46 @@ def _add_arcface_parser(actions: argparse._SubParsersAction) -> None:
     )
 
 
+def _add_antispoof_parser(actions: argparse._SubParsersAction) -> None:
+    antispoof = actions.add_parser(
+        "antispoof",
+        help="export your own MiniFASNet checkpoint as face_antispoof (passive PAD)",
+        description="Export a MiniFASNet-style anti-spoofing state_dict (e.g. "
+        "2.7_80x80_MiniFASNetV2.pth: scale, input size and architecture are read from the "
+        "name) to ONNX with its input preparation baked in (CROP uint8 [N,80,80,3] RGB -> "
+        "PROBS, REAL), checked against PyTorch with onnxruntime. No trained weights ship "
+        f"with this project. Needs PyTorch: {ARCFACE_INSTALL_HINT}.",
+    )
+    steps = antispoof.add_subparsers(dest="antispoof_action", metavar="{export,publish}")
+    steps.required = True
+    export = steps.add_parser("export", help="write model.onnx and print the parity figures")
+    _add_antispoof_source(export)
+    export.add_argument("--out", type=Path, required=True, metavar="FILE", help="ONNX file")
+    publish = steps.add_parser(
+        "publish",
+        help="publish as face_antispoof and switch liveness_sequence's passive PAD on",
+        description="Export, check, publish as the next version of face_antispoof (the "
+        "model and its config are created when new), then set liveness_sequence's "
+        "antispoof_model, antispoof_scale and antispoof_size parameters. Prints the version.",
+    )
+    _add_antispoof_source(publish)
+    _add_repository_option(publish)
+    publish.add_argument("--model", default="face_antispoof", metavar="NAME",
+                         help="default: face_antispoof")
+
+
+def _add_antispoof_source(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--checkpoint", type=Path, metavar="FILE",
+                        help="a state_dict saved with torch.save")
+    source.add_argument("--random-init", type=int, metavar="SEED",
+                        help="a seeded random network (tests and demos: it detects nothing)")
+    parser.add_argument("--arch", choices=ANTISPOOF_ARCHS,
+                        help="default: read from the checkpoint's file name")
+    parser.add_argument("--scale", type=float, metavar="S",
+                        help="crop scale around the face box (default: from the file name)")
+
+
 def _add_arcface_source(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument(
@@ -134,6 +177,8 @@ def handle_models(args: argparse.Namespace) -> int:
             return _fetch(args)
         if args.models_action == "arcface":
             return _arcface(args)
+        if args.models_action == "antispoof":
+            return _antispoof(args)
         return _list()
     except (KycExportError, ConfigEditError, OSError) as exc:
         print(f"kyc models {args.models_action}: error: {exc}", file=sys.stderr)
@@ -203,6 +248,63 @@ def _arcface_export(args: argparse.Namespace, arcface: ModuleType) -> int:
     )
     for note in result.warnings:
         print(f"warning: {note}", file=sys.stderr)
+    print(result.version)
+    return 0
+
+
+def _antispoof(args: argparse.Namespace) -> int:
+    from kyc.repo.publish import PublishError
+
+    from . import antispoof
+
+    command = f"kyc models antispoof {args.antispoof_action}"
+    try:
+        from . import minifasnet
+
+        arch, scale = args.arch, args.scale
+        if args.checkpoint is not None:
+            try:
+                info = minifasnet.parse_name(args.checkpoint.name)
+                arch, scale = arch or info.arch, scale or info.scale
+            except ValueError:
+                if arch is None:  # nothing else says which network it is
+                    raise
+        if arch is None:
+            raise KycExportError("--arch is needed with --random-init")
+        exported = minifasnet.export(arch, checkpoint=args.checkpoint,
+                                     random_init=args.random_init)
+    except ModuleNotFoundError as exc:
+        if exc.name != "torch":
+            raise
+        print(f"{command}: error: needs PyTorch: {ARCFACE_INSTALL_HINT}", file=sys.stderr)
+        return 1
+    except ValueError as exc:
+        print(f"{command}: error: {exc}", file=sys.stderr)
+        return 1
+    scale = scale or exported.scale
+    parity = ", ".join(f"batch {b} max|diff| {d:.2e}" for b, d in exported.parity.items())
+    summary = f"{arch}: torch vs onnxruntime {parity}"
+    if args.antispoof_action == "export":
+        from ._fs import replace_file
+
+        replace_file(args.out, exported.model.SerializeToString())
+        print(summary)
+        print(f"wrote {args.out} ({args.out.stat().st_size / 1e6:.1f} MB)")
+        return 0
+    if scale is None:
+        print(f"{command}: error: --scale is needed (the file name does not give it)",
+              file=sys.stderr)
+        return 1
+    _progress(summary)
+    try:
+        result = antispoof.publish_antispoof(args.repository, exported.model, scale=scale,
+                                             size=minifasnet.INPUT_SIZE, model_name=args.model)
+    except PublishError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        print(f"{command}: error: {exc}", file=sys.stderr)
+        return 1
+    _progress(f"{result.liveness_config}: antispoof_model {result.model}, scale {scale:g}")
     print(result.version)
     return 0
 

@@ -461,8 +461,8 @@ def test_publish_never_shows_a_server_a_config_with_a_version_it_does_not_fit(
         snapshot()
         return published
 
-    replace_file, publish = arcface._replace_file, arcface.publish
-    monkeypatch.setattr(arcface, "_replace_file", replace_then_look)
+    replace_file, publish = arcface.replace_file, arcface.publish
+    monkeypatch.setattr(arcface, "replace_file", replace_then_look)
     monkeypatch.setattr(arcface, "publish", publish_then_look)
 
     arcface.publish_arcface(face_repository, small_512, match_threshold=0.3)

@@ -87,6 +87,7 @@ class FaceResult:
     template_error: float = 0.0  # largest landmark distance from the template, 112-px crop
     plausible: bool = False  # upright-looking landmarks (see the module docstring)
     quality: dict | None = None
+    context: np.ndarray | None = None  # see FacePreprocessor(context=...)
 
     def report(self) -> dict:
         figures = {"landmark_error": round(self.template_error, 2)} if self.found else {}
@@ -102,10 +103,19 @@ class _Work:
     result: FaceResult | None = None
 
 
+# (decoded pixels, face box x1 y1 x2 y2 in those pixels) -> an extra array per face
+ContextCrop = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
 class FacePreprocessor:
-    def __init__(self, settings: FaceSettings, detector: Detector) -> None:
+    def __init__(self, settings: FaceSettings, detector: Detector,
+                 context: ContextCrop | None = None) -> None:
+        """``context``: when given, each found face also gets ``result.context`` made
+        from the decoded pixels around it (e.g. the crop a passive anti-spoofing model
+        takes), while the pixels are at hand."""
         self.settings = settings
         self.detector = detector
+        self.context = context
 
     def run(self, images: Sequence[bytes]) -> list[FaceResult | ImageError | FaceProcessingError]:
         """One result per encoded image, in order; bad images get their own ImageError,
@@ -220,6 +230,8 @@ class FacePreprocessor:
         if result is None or not result.found:
             return FaceResult(faces=0 if result is None else result.faces)
         result.face = warp_face(image.pixels, result.landmarks)
+        if self.context is not None:
+            result.context = self.context(image.pixels, result.box)
         # Report geometry in input pixels (the image as displayed, EXIF applied).
         result.box = (result.box * image.scale).astype(np.float32)
         result.landmarks = (result.landmarks * image.scale).astype(np.float32)

@@ -79,7 +79,14 @@ class LivenessModel:
         repository = Path(args["model_repository"]).parent
         face = from_parameters(FaceSettings,
                                model_parameters(repository, self.settings.face_model))
-        self.face = FacePreprocessor(face, self._detect)
+        context = None
+        if self.settings.antispoof_model:
+            from kyc.liveness.crop import context_crop
+
+            def context(pixels: np.ndarray, box: np.ndarray) -> np.ndarray:
+                return context_crop(pixels, box, self.settings.antispoof_scale,
+                                    self.settings.antispoof_size)
+        self.face = FacePreprocessor(face, self._detect, context)
         self.detector_model = face.detector_model
         self.match_threshold = float(model_parameters(
             repository, self.settings.embedding_model)["match_threshold"])
@@ -180,25 +187,30 @@ class LivenessModel:
                 else None,
                 sharpness=float(quality.get("sharpness", 0.0)))
             if result.found:
-                found.append((item, result.face))
+                found.append((item, result))
         embeddings: list[np.ndarray] = []
         for first in range(0, len(found), EMBEDDING_BATCH):
-            faces = np.stack([face for _, face in found[first:first + EMBEDDING_BATCH]])
+            faces = np.stack([r.face for _, r in found[first:first + EMBEDDING_BATCH]])
             embeddings += list(bls_infer(self.settings.embedding_model, {"FACE": faces},
                                          ["EMBEDDING"])["EMBEDDING"])
-        pad = self._pad_scores([face for _, face in found])
+        pad = self._pad_scores([r.context for _, r in found])
         for k, ((item, _), embedding) in enumerate(zip(found, embeddings, strict=True)):
             item.result = Frame(item.result.face_found, item.result.faces,  # type: ignore[union-attr]
                                 item.result.pose, item.result.sharpness,  # type: ignore[union-attr]
                                 np.asarray(embedding, np.float32),
                                 None if pad is None else float(pad[k]))
 
-    def _pad_scores(self, faces: list[np.ndarray]) -> np.ndarray | None:
-        """Real-face probability of each face from the configured anti-spoofing model."""
-        if not self.settings.antispoof_model or not faces:
+    def _pad_scores(self, crops: list) -> np.ndarray | None:
+        """Real-face probability of each face from the configured anti-spoofing model,
+        in one BLS call per EMBEDDING_BATCH crops."""
+        if not self.settings.antispoof_model or not crops:
             return None
-        out = bls_infer(self.settings.antispoof_model, {"FACE": np.stack(faces)}, ["REAL"])
-        return np.asarray(out["REAL"], np.float32).reshape(-1)
+        scores = []
+        for first in range(0, len(crops), EMBEDDING_BATCH):
+            batch = np.stack(crops[first:first + EMBEDDING_BATCH])
+            out = bls_infer(self.settings.antispoof_model, {"CROP": batch}, ["REAL"])
+            scores.append(np.asarray(out["REAL"], np.float32).reshape(-1))
+        return np.concatenate(scores)
 
     # -- responses ------------------------------------------------------------------
     def _respond(self, item: _Item, now: float) -> Any:

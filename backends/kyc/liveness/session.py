@@ -41,6 +41,10 @@ class LivenessSettings:
     face_model: str = "face_preprocess"
     embedding_model: str = "face_embedding"
     antispoof_model: str = ""  # empty: passive PAD not configured
+    # The crop it takes: the face box enlarged antispoof_scale times, resized to
+    # antispoof_size square (MiniFASNet: 2.7 or 4.0, 80).
+    antispoof_scale: float = 2.7
+    antispoof_size: int = 80
     moves: str = "left,right"
     challenge_length: int = 3
     amplitude_deg: float = 12.0

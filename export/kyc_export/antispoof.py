@@ -1,0 +1,146 @@
+"""Publish a passive anti-spoofing model as ``face_antispoof`` and wire it into liveness.
+
+No trained weights ship with this project (none are on any package registry): this
+is the slot for YOUR MiniFASNet-style checkpoint (see ``minifasnet.py``). Publishing:
+
+1. the model folder is made complete (config and version 1) outside the model
+   repository, on the same filesystem, then renamed in: a polling server never sees
+   a ``face_antispoof`` folder without its config or its version; a later publish
+   adds the next version through ``kyc.repo.publish`` (staged, checked, renamed);
+2. then ``liveness_sequence``'s config is rewritten atomically with
+   ``antispoof_model``, ``antispoof_scale`` and ``antispoof_size``: the liveness
+   model reloads and calls the anti-spoofing model, already loaded, from then on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+
+from kyc.repo.check import check_model
+from kyc.repo.config_edit import set_string_parameter
+from kyc.repo.publish import PublishError, publish
+
+from ._fs import replace_file
+from .errors import ConversionError
+
+MODEL_NAME = "face_antispoof"
+LIVENESS_MODEL = "liveness_sequence"
+
+CONFIG_TEMPLATE = """\
+# Passive anti-spoofing (presentation attack detection), published by
+# `kyc models antispoof publish` from a MiniFASNet-style checkpoint.
+# Contract: CROP, the face box enlarged {scale} times around its centre and
+# resized to {size}x{size} (RGB uint8; kyc.liveness.crop.context_crop) ->
+# PROBS (softmax over the checkpoint's 3 classes) and REAL (class 1, real face).
+# liveness_sequence calls it when its antispoof_model parameter names it.
+name: "{name}"
+platform: "onnxruntime_onnx"
+max_batch_size: 32
+input [
+  {{ name: "CROP" data_type: TYPE_UINT8 dims: [ {size}, {size}, 3 ] }}
+]
+output [
+  {{ name: "PROBS" data_type: TYPE_FP32 dims: [ 3 ] }},
+  {{ name: "REAL" data_type: TYPE_FP32 dims: [ 1 ] }}
+]
+instance_group [ {{ count: 1 }} ]
+dynamic_batching {{
+  max_queue_delay_microseconds: 2000
+}}
+"""
+
+
+@dataclass(frozen=True)
+class AntispoofPublished:
+    model: str
+    version: int
+    path: Path
+    liveness_config: Path
+
+
+def config_text(name: str, scale: float, size: int) -> str:
+    return CONFIG_TEMPLATE.format(name=name, scale=f"{scale:g}", size=size)
+
+
+def real_as_column(model: onnx.ModelProto) -> onnx.ModelProto:
+    """REAL as [N, 1] (the config's dims [1] under max_batch_size), whatever the export
+    gave ([N] or [N, 1])."""
+    outputs = {o.name: o for o in model.graph.output}
+    if "REAL" not in outputs or "PROBS" not in outputs:
+        raise ConversionError("face_antispoof: the model needs outputs PROBS and REAL")
+    if len(outputs["REAL"].type.tensor_type.shape.dim) == 2:
+        return model
+    from onnx import TensorProto
+
+    from .graph import axes_node, opset_version, replace_outputs, tensor_info
+
+    flat = "REAL_flat"
+    for node in model.graph.node:
+        node.output[:] = [flat if o == "REAL" else o for o in node.output]
+    unsqueeze, inits = axes_node("Unsqueeze", flat, "REAL", [1], opset_version(model),
+                                 "kyc_post/real_column")
+    replace_outputs(model, [outputs["PROBS"],
+                            tensor_info("REAL", TensorProto.FLOAT, ["N", 1])], [unsqueeze], inits)
+    return model
+
+
+def publish_antispoof(repository: Path, model: onnx.ModelProto, *, scale: float, size: int,
+                      model_name: str = MODEL_NAME, liveness: str = LIVENESS_MODEL
+                      ) -> AntispoofPublished:
+    """Publish ``model`` as the next version of ``model_name`` (creating the model with
+    its config when it is new), then point ``liveness``'s config at it."""
+    repository = Path(repository)
+    liveness_config = repository / liveness / "config.pbtxt"
+    if not liveness_config.is_file():
+        raise ConversionError(f"{liveness_config} not found: --repository must be the model "
+                              "repository holding liveness_sequence")
+    model = real_as_column(model)
+    model_dir = repository / model_name
+    if model_dir.exists():
+        with _scratch(repository) as scratch:
+            onnx.save(model, str(scratch / "model.onnx"))
+            published = publish(repository, model_name, scratch)
+        version, path = published.version, published.path
+    else:
+        version, path = 1, _create_model(repository, model_name, model, scale, size)
+    text = liveness_config.read_text("utf-8")
+    for key, value in (("antispoof_model", model_name), ("antispoof_scale", f"{scale:g}"),
+                       ("antispoof_size", str(size))):
+        text = set_string_parameter(text, key, value)
+    replace_file(liveness_config, text.encode("utf-8"))
+    return AntispoofPublished(model_name, version, path, liveness_config)
+
+
+@contextlib.contextmanager
+def _scratch(repository: Path) -> Iterator[Path]:
+    """A temporary folder next to the repository (same filesystem), removed on exit."""
+    path = repository.resolve().parent / f".kyc-antispoof-{secrets.token_hex(4)}"
+    path.mkdir()
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _create_model(repository: Path, name: str, model: onnx.ModelProto, scale: float,
+                  size: int) -> Path:
+    """The complete model folder, renamed into the repository in one step."""
+    with _scratch(repository) as scratch:
+        folder = scratch / name
+        (folder / "1").mkdir(parents=True)
+        (folder / "config.pbtxt").write_text(config_text(name, scale, size), "utf-8")
+        onnx.save(model, str(folder / "1" / "model.onnx"))
+        _, problems = check_model(folder, root=scratch)
+        if problems:
+            raise PublishError(f"{name} refused: {len(problems)} problem(s)", problems)
+        target = repository / name
+        os.rename(folder, target)
+    return target / "1"
