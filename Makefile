@@ -39,6 +39,7 @@ $(VENV)/.installed-peers: $(VENV)/.installed constraints.txt
 
 models: deps
 	$(BIN)/kyc models fetch --repository $(REPOSITORY)
+	$(BIN)/kyc models antifraud install --repository $(REPOSITORY)
 
 ## serve: a real Triton server (CPU) on HTTP 8000, gRPC 8001, metrics 8002
 serve: setup

@@ -68,6 +68,7 @@ def add_models_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     actions.add_parser("list", help="show the pinned model sources and licenses")
     _add_arcface_parser(actions)
     _add_antispoof_parser(actions)
+    _add_antifraud_parser(actions)
     return models
 
 
@@ -144,6 +145,30 @@ def _add_antispoof_parser(actions: argparse._SubParsersAction) -> None:
                          help="default: face_antispoof")
 
 
+def _add_antifraud_parser(actions: argparse._SubParsersAction) -> None:
+    antifraud = actions.add_parser(
+        "antifraud",
+        help="train the antifraud model (default: on the synthetic generator)",
+        description="The antifraud model is a logistic regression over the pinned feature "
+        "vector of kyc.decision.features. `install` trains the default one on the documented "
+        "synthetic generator (deterministic; the manifest pins its seed and features) into "
+        "the repository's antifraud/1 unless it is there already; `train` trains on the "
+        "generator or on your labelled CSV (the feature columns and label, 1 = fraud).",
+    )
+    steps = antifraud.add_subparsers(dest="antifraud_action", metavar="{install,train}")
+    steps.required = True
+    install = steps.add_parser("install", help="the default model into antifraud/1")
+    _add_repository_option(install)
+    train = steps.add_parser("train", help="train, then write a file or publish a version")
+    train.add_argument("--csv", type=Path, metavar="FILE", help="labelled cases (default: "
+                       "the synthetic generator)")
+    target = train.add_mutually_exclusive_group(required=True)
+    target.add_argument("--out", type=Path, metavar="FILE", help="write model.onnx here")
+    target.add_argument("--publish", action="store_true",
+                        help="publish as the next version of antifraud")
+    _add_repository_option(train)
+
+
 def _add_antispoof_source(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--checkpoint", type=Path, metavar="FILE",
@@ -179,6 +204,8 @@ def handle_models(args: argparse.Namespace) -> int:
             return _arcface(args)
         if args.models_action == "antispoof":
             return _antispoof(args)
+        if args.models_action == "antifraud":
+            return _antifraud(args)
         return _list()
     except (KycExportError, ConfigEditError, OSError) as exc:
         print(f"kyc models {args.models_action}: error: {exc}", file=sys.stderr)
@@ -249,6 +276,45 @@ def _arcface_export(args: argparse.Namespace, arcface: ModuleType) -> int:
     for note in result.warnings:
         print(f"warning: {note}", file=sys.stderr)
     print(result.version)
+    return 0
+
+
+def _antifraud(args: argparse.Namespace) -> int:
+    from kyc.repo.publish import publish
+
+    from . import antifraud
+    from ._fs import replace_file
+
+    spec = load_manifest().trained["antifraud"]
+    if tuple(spec["features"]) != antifraud.FEATURES:
+        raise KycExportError("the manifest pins other antifraud features than "
+                             "kyc.decision.features builds: update one of them")
+    if args.antifraud_action == "install":
+        target = Path(args.repository) / antifraud.MODEL_NAME / "1" / "model.onnx"
+        expected = f"{spec['generator']} seed {spec['seed']} cases {spec['cases']}"
+        if target.is_file() and antifraud.installed_matches(target, expected):
+            print(f"antifraud: up to date ({expected})")
+            return 0
+        trained = antifraud.build(seed=int(spec["seed"]), cases=int(spec["cases"]))
+        replace_file(target, trained.model.SerializeToString())
+        print(f"antifraud: installed {target} ({trained.trained_on}; holdout AUC "
+              f"{trained.holdout_auc:.3f})")
+        return 0
+    trained = antifraud.build(csv_path=args.csv)
+    _progress(f"antifraud: trained on {trained.trained_on}; holdout AUC "
+              f"{trained.holdout_auc:.3f}")
+    if args.out is not None:
+        replace_file(args.out, trained.model.SerializeToString())
+        print(f"wrote {args.out}")
+        return 0
+    import tempfile
+
+    import onnx
+
+    with tempfile.TemporaryDirectory(prefix="kyc-antifraud-") as tmp:
+        onnx.save(trained.model, str(Path(tmp) / "model.onnx"))
+        published = publish(Path(args.repository), antifraud.MODEL_NAME, Path(tmp))
+    print(published.version)
     return 0
 
 

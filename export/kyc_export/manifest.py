@@ -81,6 +81,8 @@ class ModelSpec(Artifact):
 class Manifest:
     models: Mapping[str, ModelSpec]
     test_data: Mapping[str, Artifact]
+    # Models trained here rather than fetched (antifraud): how, and on which features.
+    trained: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def model(self, name: str) -> ModelSpec:
         try:
@@ -125,7 +127,7 @@ def parse_manifest(raw: Mapping[str, Any]) -> Manifest:
         name: Artifact(**_artifact_fields(name, entry))
         for name, entry in raw.get("test_data", {}).items()
     }
-    return Manifest(models=models, test_data=data)
+    return Manifest(models=models, test_data=data, trained=dict(raw.get("trained", {})))
 
 
 def _artifact_fields(name: str, entry: Mapping[str, Any]) -> dict[str, Any]:

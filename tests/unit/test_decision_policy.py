@@ -1,0 +1,114 @@
+"""The KYC policy and the antifraud feature vector (pure code, no server)."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import date
+
+import numpy as np
+import pytest
+
+from kyc.decision.features import FEATURES, Observation, age_years, vector
+from kyc.decision.policy import (
+    REASONS,
+    REJECT,
+    REVIEW,
+    DecisionSettings,
+    Findings,
+    LivenessEvidence,
+    decide,
+    visual_zone_consistent,
+)
+
+TODAY = date(2026, 11, 22)
+THRESHOLD = 0.363
+DOCUMENT = {
+    "mrz": {"format": "TD3", "lines": ["L1", "L2"], "valid": True,
+            "checks": {"document_number": True, "birth_date": True, "expiry_date": True,
+                       "optional_data": True, "composite": True}, "corrections": 1},
+    "fields": {"surname": "VAN DER BERG", "given_names": "ANNA", "document_number": "X12O45",
+               "birth_date": "1990-05-01", "expiry_date": "2030-01-01"},
+    "expired": False,
+}
+LIVE = LivenessEvidence(provided=True, valid=True, live=True, score=0.97, selfie_similarity=0.8)
+GOOD = Findings(face_match_score=0.7, document_face_found=True, selfie_face_found=True,
+                selfie_faces=1, liveness=LIVE, document=DOCUMENT,
+                visual_lines=["PASSPORT", "Van der Berg", "No. X12045"], fraud_score=0.1)
+
+
+def run(**changes):
+    findings = dataclasses.replace(GOOD, **changes)
+    return decide(findings, DecisionSettings(), THRESHOLD, TODAY)
+
+
+def test_everything_in_order_is_approved():
+    decision, reasons, figures = run()
+    assert (decision, reasons) == ("approve", [])
+    assert figures["age"] == 36 and figures["visual_zone_consistent"] is True
+
+
+@pytest.mark.parametrize(("changes", "decision", "reason"), [
+    ({"face_match_score": 0.2}, "reject", "face_mismatch"),
+    ({"liveness": LivenessEvidence(provided=False)}, "review", "liveness_missing"),
+    ({"liveness": LivenessEvidence(provided=True, problem="altered")}, "reject",
+     "liveness_token_invalid"),
+    ({"liveness": LivenessEvidence(provided=True, expired=True)}, "review",
+     "liveness_token_expired"),
+    ({"liveness": dataclasses.replace(LIVE, live=False)}, "reject", "liveness_failed"),
+    ({"liveness": dataclasses.replace(LIVE, selfie_similarity=0.1)}, "reject",
+     "selfie_not_live_person"),
+    ({"document_face_found": False, "face_match_score": -1.0}, "review", "no_face_in_document"),
+    ({"selfie_faces": 2}, "review", "multiple_faces_in_selfie"),
+    ({"document": {**DOCUMENT, "mrz": None}}, "review", "mrz_not_found"),
+    ({"document": {**DOCUMENT, "mrz": {**DOCUMENT["mrz"], "valid": False}}}, "reject",
+     "mrz_check_failed"),
+    ({"document": {**DOCUMENT, "expired": True}}, "reject", "document_expired"),
+    ({"document": {**DOCUMENT, "fields": {**DOCUMENT["fields"], "birth_date": "2012-01-01"}}},
+     "reject", "underage"),
+    ({"visual_lines": ["PASSPORT", "SMITH", "No. X12045"]}, "review", "visual_zone_mismatch"),
+    ({"fraud_score": 0.8}, "review", "elevated_fraud_score"),
+    ({"fraud_score": 0.97}, "reject", "high_fraud_score"),
+])
+def test_each_finding_gives_its_reason_and_decision(changes, decision, reason):
+    got, reasons, _ = run(**changes)
+    assert reason in reasons and got == decision, (got, reasons)
+    assert reasons == [r for r in REASONS if r in reasons]
+
+
+def test_a_reject_reason_wins_over_review_reasons_and_the_lists_are_disjoint():
+    decision, reasons, _ = run(face_match_score=0.1, liveness=LivenessEvidence(provided=False))
+    assert decision == "reject" and reasons == ["face_mismatch", "liveness_missing"]
+    assert not set(REJECT) & set(REVIEW)
+
+
+def test_the_visual_zone_check_reads_through_ocr_confusions_and_skips_without_text():
+    assert visual_zone_consistent(DOCUMENT, ["VANDERBERG X1 2045"]) is True
+    assert visual_zone_consistent(DOCUMENT, []) is None
+    assert visual_zone_consistent({"fields": {}}, ["anything"]) is None
+
+
+def test_ages_count_whole_years_up_to_the_birthday():
+    assert age_years("2008-11-22", TODAY) == 18
+    assert age_years("2008-11-23", TODAY) == 17
+    assert age_years(None, TODAY) is None
+
+
+def test_the_feature_vector_follows_the_pinned_order_with_stated_unknowns():
+    obs = Observation(0.7, True, True, 1, 0.97, True, 0.8, DOCUMENT, 0.93,
+                      {"sharpness": 1000.0}, {"sharpness": 200.0})
+    values = dict(zip(FEATURES, vector(obs, TODAY), strict=True))
+    assert values["mrz_valid"] == 1 and values["mrz_corrections"] == 1
+    assert values["age_years"] == 36 and values["years_to_expiry"] == pytest.approx(3.11, 0.01)
+    assert values["liveness_mismatch"] == 0 and values["selfie_sharpness"] == pytest.approx(
+        np.log1p(1000.0), 1e-5)
+    blank = Observation(-1.0, False, False, 0, -1.0, False, -1.0,
+                        {"mrz": None, "fields": {}, "expired": None}, 0.0, {}, {})
+    values = dict(zip(FEATURES, vector(blank, TODAY), strict=True))
+    assert values["mrz_found"] == 0 and values["age_years"] == 0 and values["liveness_match"] == -1
+    assert np.isfinite(vector(blank, TODAY)).all()
+
+
+def test_the_manifest_pins_the_same_features():
+    from kyc_export.manifest import load_manifest
+
+    assert tuple(load_manifest().trained["antifraud"]["features"]) == FEATURES
