@@ -1,4 +1,4 @@
-"""``kyc``: the project's command line (serve, repository tools, model weights)."""
+"""``kyc``: the project's command line (serve, verify, repository tools, model weights)."""
 
 from __future__ import annotations
 
@@ -276,6 +276,10 @@ def build_parser() -> argparse.ArgumentParser:
                        default=[], help="run only this workload (repeatable; default: all)")
     bench.add_argument("--model-repository", type=Path, default=DEFAULT_REPOSITORY)
     bench.set_defaults(func=cmd_bench)
+
+    from kyc.cli_verify import add_parsers as add_verify_parsers
+
+    add_verify_parsers(sub)
 
     health = sub.add_parser("health", help="exit 0 when the server is ready")
     health.add_argument("--url", default="127.0.0.1:8000", help="HTTP host:port")

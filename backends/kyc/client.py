@@ -1,0 +1,260 @@
+"""Client SDK: ``KycClient`` (blocking) and ``AsyncKycClient`` (asyncio), over gRPC.
+
+    with KycClient("localhost:8001") as kyc:
+        session = kyc.liveness_session(film)          # film(challenge) -> frames
+        result = kyc.verify("document.jpg", "selfie.jpg", session.token)
+        print(result.decision, result.reasons)
+
+Images are paths or encoded bytes (JPEG, PNG, WebP). Errors are typed:
+:class:`KycInputError` (the server refused this request's input, e.g. an
+undecodable image), :class:`KycTimeoutError`, :class:`KycUnavailableError` (no
+server, or not ready), :class:`KycServerError` (anything else the server said).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kyc.liveness.client import MODEL as LIVENESS_MODEL
+from kyc.liveness.client import LivenessReply, LivenessStream, frame_input
+
+ENTRY_MODEL = "kyc_ensemble"
+DEFAULT_TIMEOUT_S = 60.0
+Image = bytes | str | Path
+
+
+class KycError(Exception):
+    """Base of the SDK's errors."""
+
+
+class KycInputError(KycError):
+    """The server refused this request's input (bad image, bad token format...)."""
+
+
+class KycTimeoutError(KycError):
+    pass
+
+
+class KycUnavailableError(KycError):
+    pass
+
+
+class KycServerError(KycError):
+    pass
+
+
+def _translate(exc: Exception) -> KycError:
+    status = str(getattr(exc, "status", lambda: "")() or "")
+    message = exc.message() if hasattr(exc, "message") else str(exc)
+    if "INVALID_ARGUMENT" in status:
+        return KycInputError(message)
+    if "DEADLINE_EXCEEDED" in status:
+        return KycTimeoutError(message)
+    if "UNAVAILABLE" in status or "failed to connect" in str(message).lower():
+        return KycUnavailableError(message)
+    return KycServerError(message)
+
+
+def _bytes(image: Image) -> bytes:
+    return image if isinstance(image, bytes) else Path(image).read_bytes()
+
+
+@dataclass(frozen=True)
+class Verification:
+    """What ``kyc_ensemble`` answered."""
+
+    decision: str  # approve, review or reject
+    reasons: list[str]
+    face_match_score: float
+    liveness_score: float
+    fraud_score: float
+    report: dict = field(repr=False)
+
+    @property
+    def approved(self) -> bool:
+        return self.decision == "approve"
+
+    @classmethod
+    def from_result(cls, result: Any) -> Verification:
+        report = json.loads(result.as_numpy("REPORT")[0, 0])
+        return cls(result.as_numpy("DECISION")[0, 0].decode(), list(report["reasons"]),
+                   float(result.as_numpy("FACE_MATCH_SCORE")[0, 0]),
+                   float(result.as_numpy("LIVENESS_SCORE")[0, 0]),
+                   float(result.as_numpy("FRAUD_SCORE")[0, 0]), report)
+
+
+@dataclass(frozen=True)
+class LivenessSession:
+    """A finished liveness session: the challenge asked, every reply, the verdict."""
+
+    challenge: dict
+    replies: list[LivenessReply]
+
+    @property
+    def final(self) -> LivenessReply:
+        return self.replies[-1]
+
+    @property
+    def is_live(self) -> bool:
+        return self.final.is_live
+
+    @property
+    def token(self) -> bytes:
+        return self.final.token
+
+
+def _verify_inputs(grpc: Any, document: Image, selfie: Image, token: bytes) -> list:
+    tensors = []
+    for name, value in (("DOCUMENT_IMAGE", _bytes(document)), ("SELFIE_IMAGE", _bytes(selfie)),
+                        ("LIVENESS_TOKEN", token)):
+        tensor = grpc.InferInput(name, [1, 1], "BYTES")
+        tensor.set_data_from_numpy(np.array([[value]], dtype=np.object_))
+        tensors.append(tensor)
+    return tensors
+
+
+class KycClient:
+    """Blocking client; one per thread (or share it: tritonclient's gRPC client is
+    thread-safe for infer)."""
+
+    def __init__(self, url: str = "localhost:8001", timeout_s: float = DEFAULT_TIMEOUT_S):
+        import tritonclient.grpc as grpcclient
+
+        self.url, self.timeout_s, self._grpc = url, timeout_s, grpcclient
+        self._client = grpcclient.InferenceServerClient(url)
+
+    def verify(self, document: Image, selfie: Image, liveness_token: bytes = b"") -> Verification:
+        """``kyc_ensemble`` on one document photo, one selfie and a liveness token (empty:
+        no liveness done, which is never approved)."""
+        inputs = _verify_inputs(self._grpc, document, selfie, liveness_token)
+        try:
+            result = self._client.infer(ENTRY_MODEL, inputs, client_timeout=self.timeout_s)
+        except Exception as exc:
+            raise _translate(exc) from None
+        return Verification.from_result(result)
+
+    def find_face(self, image: Image) -> dict:
+        """``face_preprocess`` on one image: ``found``, ``box`` (x1, y1, x2, y2 in the
+        image as displayed, EXIF applied), ``faces`` and ``quality``."""
+        tensor = self._grpc.InferInput("IMAGE", [1, 1], "BYTES")
+        tensor.set_data_from_numpy(np.array([[_bytes(image)]], dtype=np.object_))
+        try:
+            result = self._client.infer("face_preprocess", [tensor], client_timeout=self.timeout_s)
+        except Exception as exc:
+            raise _translate(exc) from None
+        return {"found": bool(result.as_numpy("FACE_FOUND")[0, 0]),
+                "box": [float(v) for v in result.as_numpy("BOX")[0]],
+                "faces": int(result.as_numpy("NUM_FACES")[0, 0]),
+                "quality": json.loads(result.as_numpy("QUALITY")[0, 0])}
+
+    def liveness_session(self, film: Callable[[dict], Sequence[bytes]],
+                         sequence_id: int | str | None = None,
+                         on_reply: Callable[[int, int, LivenessReply], None] | None = None
+                         ) -> LivenessSession:
+        """START, ``film(challenge)`` -> frames, stream them, END with the last.
+        ``on_reply(k, n, reply)`` sees every frame's reply as it comes (progress)."""
+        sid = sequence_id if sequence_id is not None else uuid.uuid4().hex
+        with LivenessStream(self.url) as stream:
+            stream.send(sid, b"", start=True)
+            started = _checked(stream.receive())
+            frames = list(film(started.status["challenge"]))
+            if not frames:
+                raise KycInputError("no frames to send")
+            for k, frame in enumerate(frames):
+                stream.send(sid, frame, end=k == len(frames) - 1)
+            replies = [started]
+            for k in range(len(frames)):
+                reply = _checked(stream.receive())
+                replies.append(reply)
+                if on_reply is not None:
+                    on_reply(k + 1, len(frames), reply)
+        return LivenessSession(started.status["challenge"], replies)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> KycClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _checked(reply: LivenessReply | Exception) -> LivenessReply:
+    if isinstance(reply, Exception):
+        raise _translate(reply)
+    return reply
+
+
+class AsyncKycClient:
+    """asyncio client (tritonclient.grpc.aio)."""
+
+    def __init__(self, url: str = "localhost:8001", timeout_s: float = DEFAULT_TIMEOUT_S):
+        import tritonclient.grpc as grpcclient
+        import tritonclient.grpc.aio as aioclient
+
+        self.url, self.timeout_s, self._grpc = url, timeout_s, grpcclient
+        self._client = aioclient.InferenceServerClient(url)
+
+    async def verify(self, document: Image, selfie: Image,
+                     liveness_token: bytes = b"") -> Verification:
+        inputs = _verify_inputs(self._grpc, document, selfie, liveness_token)
+        try:
+            result = await self._client.infer(ENTRY_MODEL, inputs, client_timeout=self.timeout_s)
+        except Exception as exc:
+            raise _translate(exc) from None
+        return Verification.from_result(result)
+
+    async def liveness_session(self, film: Callable[[dict], Sequence[bytes]],
+                               sequence_id: int | str | None = None) -> LivenessSession:
+        sid = sequence_id if sequence_id is not None else uuid.uuid4().hex
+        start = await self._one(sid, b"", start=True)
+        frames = list(film(start.status["challenge"]))
+        if not frames:
+            raise KycInputError("no frames to send")
+
+        async def requests() -> AsyncIterator[dict]:
+            for k, frame in enumerate(frames):
+                yield {"model_name": LIVENESS_MODEL, "inputs": [frame_input(frame)],
+                       "sequence_id": sid, "sequence_start": False,
+                       "sequence_end": k == len(frames) - 1}
+
+        replies = [start]
+        try:
+            async for result, error in self._client.stream_infer(requests()):
+                if error is not None:
+                    raise _translate(error)
+                replies.append(LivenessReply.from_result(result))
+                if len(replies) == len(frames) + 1:
+                    break
+        except KycError:
+            raise
+        except Exception as exc:
+            raise _translate(exc) from None
+        return LivenessSession(start.status["challenge"], replies)
+
+    async def _one(self, sid: int | str, frame: bytes, start: bool = False,
+                   end: bool = False) -> LivenessReply:
+        try:
+            result = await self._client.infer(LIVENESS_MODEL, [frame_input(frame)],
+                                              sequence_id=sid, sequence_start=start,
+                                              sequence_end=end, client_timeout=self.timeout_s)
+        except Exception as exc:
+            raise _translate(exc) from None
+        return LivenessReply.from_result(result)
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def __aenter__(self) -> AsyncKycClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
