@@ -408,7 +408,7 @@ class Workload:
     models: tuple[str, ...]
     payloads: Callable[[int], list[Any]]  # at most this many distinct payloads
     served: Callable[[str], ServedClient]
-    in_process: Callable[[Path], InProcessRunner]
+    in_process: Callable[[Path], InProcessRunner] | None  # None: served only
     unit: str = "faces"
     cost: float = 1.0
     quality: Callable[[Mapping[str, int]], Mapping[str, Any]] | None = None
@@ -544,8 +544,15 @@ def _document_workload() -> Workload:
     return document_workload()
 
 
+def _kyc_workload() -> Workload:
+    from kyc.bench_kyc import kyc_workload
+
+    return kyc_workload()
+
+
 WORKLOADS: dict[str, Callable[[], Workload]] = {"face": _face_workload,
-                                                "document": _document_workload}
+                                                "document": _document_workload,
+                                                "kyc": _kyc_workload}
 
 
 # -- scenarios -----------------------------------------------------------------------
@@ -637,8 +644,8 @@ def run_in_process(workloads: Sequence[Workload], payloads: Mapping[str, Sequenc
     results: dict[str, dict[str, Any]] = {}
     for workload in workloads:
         scaled = options.scaled(workload.cost)
-        runs = [(VARIANT_IN_PROCESS, describe(workload, VARIANT_IN_PROCESS),
-                 workload.in_process)]
+        runs = [] if workload.in_process is None else [
+            (VARIANT_IN_PROCESS, describe(workload, VARIANT_IN_PROCESS), workload.in_process)]
         runs += [(PEER_PREFIX + name, description, factory)
                  for name, (description, factory) in workload.peers.items()]
         for variant, description, factory in runs:

@@ -272,7 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--requests", type=_positive_int, default=None,
                        help="measured face requests per scenario; costlier workloads run "
                             "proportionally fewer (documents: 1 per 8)")
-    bench.add_argument("--workload", action="append", choices=("face", "document"),
+    bench.add_argument("--workload", action="append", choices=("face", "document", "kyc"),
                        default=[], help="run only this workload (repeatable; default: all)")
     bench.add_argument("--model-repository", type=Path, default=DEFAULT_REPOSITORY)
     bench.set_defaults(func=cmd_bench)

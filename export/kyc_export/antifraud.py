@@ -11,15 +11,19 @@ The generator (``GENERATOR_VERSION``), per case, one kind:
 
 - ``genuine`` (60%): portrait and selfie of one person (cosine ~ N(0.62, 0.10)),
   a live token of that person in 85% of cases (score U(0.85, 1), token face match
-  ~ N(0.70, 0.08)), a valid MRZ read with confidence U(0.85, 1) (2% with one OCR
-  slip in a check), up to 10 years to expiry, age 18-80, sharp faces;
+  ~ N(0.70, 0.08); no token at all is the policy's ``liveness_missing``, not a
+  fraud signal), a valid MRZ read with confidence U(0.85, 1) (2% with one OCR
+  slip in a check), up to 10 years to expiry, age 18-80, a sharp selfie and a
+  photographed printed portrait (sharpness U(30, 600); 64-115 measured on the
+  rendered pages);
 - ``impostor`` (10%): the selfie of someone else: face match ~ N(0.10, 0.10);
 - ``forged_document`` (10%): an altered MRZ: 1-2 failing checks, more corrections;
-- ``presentation_attack`` (8%): a photo or screen to the camera: no live token
-  (or a failed one, score U(0.1, 0.6)), a blurrier selfie;
+- ``presentation_attack`` (8%): a photo or screen to the camera: a failed
+  liveness session (score U(0.1, 0.6)), a blurrier selfie;
 - ``stolen_token`` (5%): a live token of another person: token face match ~ N(0.05, 0.10);
-- ``document_copy`` (7%): a printed or on-screen copy of a document: blurry
-  portrait, MRZ read with confidence U(0.5, 0.8) and more corrections.
+- ``document_copy`` (7%): a printed or on-screen copy of a document: a blurry
+  portrait (sharpness U(3, 30)), MRZ read with confidence U(0.5, 0.8) and more
+  corrections.
 
 Expired documents and minors are not fraud: the decision's policy handles them.
 
@@ -44,7 +48,7 @@ from kyc.decision.features import FEATURES, FEATURES_VERSION
 
 from .errors import ConversionError
 
-GENERATOR_VERSION = "kyc-antifraud-synthetic-v1"
+GENERATOR_VERSION = "kyc-antifraud-synthetic-v2"
 DEFAULT_SEED = 20261122
 DEFAULT_CASES = 20000
 L2 = 1e-2
@@ -83,7 +87,8 @@ def _case(rng: np.random.Generator, kind: str) -> dict[str, float]:
         "years_to_expiry": float(rng.uniform(0.1, 10.0)),
         "age_years": float(rng.uniform(18, 80)),
         "selfie_sharpness": float(np.log1p(rng.uniform(100, 3000))),
-        "document_face_sharpness": float(np.log1p(rng.uniform(50, 1500))),
+        # a printed portrait photographed by a phone: 64-115 measured on rendered pages
+        "document_face_sharpness": float(np.log1p(rng.uniform(30, 600))),
     }
     if kind == "impostor":
         row["face_match_score"] = normal(0.10, 0.10)
@@ -92,16 +97,16 @@ def _case(rng: np.random.Generator, kind: str) -> dict[str, float]:
         row["mrz_checks_failed"] = float(rng.integers(1, 3))
         row["mrz_corrections"] = float(rng.poisson(1.5))
     elif kind == "presentation_attack":
-        failed = rng.random() < 0.5
+        # a failed session (a missing one is the policy's liveness_missing, not fraud)
         row["liveness_live"] = 0.0
-        row["liveness_score"] = float(rng.uniform(0.1, 0.6)) if failed else -1.0
-        row["liveness_match"] = normal(0.6, 0.1) if failed else -1.0
+        row["liveness_score"] = float(rng.uniform(0.1, 0.6))
+        row["liveness_match"] = normal(0.6, 0.1)
         row["selfie_sharpness"] = float(np.log1p(rng.uniform(10, 300)))
     elif kind == "stolen_token":
         row["liveness_live"], row["liveness_score"] = 1.0, float(rng.uniform(0.85, 1.0))
         row["liveness_match"] = normal(0.05, 0.10)
     elif kind == "document_copy":
-        row["document_face_sharpness"] = float(np.log1p(rng.uniform(5, 120)))
+        row["document_face_sharpness"] = float(np.log1p(rng.uniform(3, 30)))
         row["mrz_confidence"] = float(rng.uniform(0.5, 0.8))
         row["mrz_corrections"] = float(rng.poisson(2.0))
     if row["mrz_found"] == 0.0:

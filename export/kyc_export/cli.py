@@ -289,6 +289,9 @@ def _antifraud(args: argparse.Namespace) -> int:
     if tuple(spec["features"]) != antifraud.FEATURES:
         raise KycExportError("the manifest pins other antifraud features than "
                              "kyc.decision.features builds: update one of them")
+    if spec["generator"] != antifraud.GENERATOR_VERSION:
+        raise KycExportError(f"the manifest pins generator {spec['generator']}, the code is "
+                             f"{antifraud.GENERATOR_VERSION}: update one of them")
     if args.antifraud_action == "install":
         target = Path(args.repository) / antifraud.MODEL_NAME / "1" / "model.onnx"
         expected = f"{spec['generator']} seed {spec['seed']} cases {spec['cases']}"

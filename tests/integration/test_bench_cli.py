@@ -19,6 +19,7 @@ KYC = [sys.executable, "-m", "kyc.cli"]
 SCENARIOS = ("face_served_batching_on", "face_served_batching_off", "face_in_process")
 DOCUMENT_SCENARIOS = ("document_served_batching_on", "document_served_batching_off",
                       "document_in_process", "document_peer_rapidocr")
+KYC_SCENARIOS = ("kyc_served_batching_on", "kyc_served_batching_off")
 FACE_MODELS = ("face_preprocess", "face_detector", "face_embedding")
 DOCUMENT_MODELS = ("document_ocr", "ocr_preprocess", "ocr_det", "ocr_postprocess", "ocr_rec")
 RATES = ("mrz_exact_rate", "fields_exact_rate", "field_accuracy", "valid_rate")
@@ -31,7 +32,7 @@ def report(tmp_path_factory) -> dict[str, Any]:
     result = subprocess.run([*KYC, "bench", "--quick", "--json", str(path)], cwd=PROJECT_ROOT,
                             capture_output=True, text=True, timeout=480)
     assert result.returncode == 0, result.stdout + result.stderr
-    for name in SCENARIOS + DOCUMENT_SCENARIOS:
+    for name in SCENARIOS + DOCUMENT_SCENARIOS + KYC_SCENARIOS:
         assert name in result.stdout
     return json.loads(path.read_text())
 
@@ -49,7 +50,7 @@ def test_the_report_has_the_contract_keys(report):
     assert {"served_vs_inprocess_throughput", "dynamic_batching_speedup", "scenarios",
             "machine", "quick", "started_at"} <= set(report)
     assert report["quick"] is True
-    assert set(report["scenarios"]) == set(SCENARIOS + DOCUMENT_SCENARIOS)
+    assert set(report["scenarios"]) == set(SCENARIOS + DOCUMENT_SCENARIOS + KYC_SCENARIOS)
 
 
 def test_every_request_was_answered_and_every_figure_is_a_positive_finite_number(report):
@@ -64,7 +65,7 @@ def test_every_request_was_answered_and_every_figure_is_a_positive_finite_number
             if where.endswith(".errors"):
                 continue
             if where.rsplit(".", 1)[-1] in (*RATES, "mrz_found", "mrz_exact", "fields_exact",
-                                            "fields_correct", "valid"):
+                                            "fields_correct", "valid") or ".decision_" in where:
                 assert math.isfinite(value) and value >= 0, (where, value)  # a peer may miss
             else:
                 assert math.isfinite(value) and value > 0, (where, value)
@@ -125,3 +126,16 @@ def test_with_dynamic_batching_the_detector_runs_fewer_batches_than_images(repor
 def test_without_dynamic_batching_face_preprocess_runs_one_request_at_a_time(report):
     counts = report["scenarios"]["face_served_batching_off"]["model_counts"]["face_preprocess"]
     assert counts["execution_count"] == counts["inference_count"]
+
+
+def test_the_end_to_end_scenarios_decide_every_customer_and_time_one_alone(report):
+    for name in KYC_SCENARIOS:
+        figures = report["scenarios"][name]
+        requests = figures["requests"]
+        assert figures["requests_decided"] == requests, figures
+        assert "decision_approve" not in figures  # no liveness token: never approved
+        assert figures["face_matched"] == requests  # same person on page and selfie
+        assert figures["model_counts"]["kyc_ensemble"]["inference_count"] == requests
+        assert figures["model_counts"]["antifraud"]["inference_count"] == requests
+    alone = report["scenarios"]["kyc_served_batching_on"]["alone"]
+    assert alone["errors"] == 0 and alone["latency_ms"]["p50"] > 0

@@ -80,3 +80,18 @@ def test_the_liveness_snippet_streams_a_session_to_a_verdict(server, client):
     printed = run_snippet(code).splitlines()
     assert printed[0].startswith("['turn your head to your"), printed
     assert printed[-1].startswith("True ") and printed[-1].endswith(" []"), printed
+
+
+def test_the_verification_snippet_prints_a_decision_with_reasons(server, tmp_path):
+    import subprocess
+    import sys
+
+    samples = tmp_path / "samples"
+    subprocess.run([sys.executable, "-m", "kyc.cli", "samples", "--out", str(samples)],
+                   cwd=PROJECT_ROOT, check=True, capture_output=True, timeout=120)
+    code = (readme_snippet("Verifying a customer (`kyc_ensemble`)")
+            .replace('"localhost:8001"', repr(server.options.grpc_url))
+            .replace('"document.jpg"', repr(str(samples / "document.jpg")))
+            .replace('"selfie.jpg"', repr(str(samples / "selfie.jpg"))))
+    decision, rest = run_snippet(code).strip().split(" ", 1)
+    assert decision == "review" and rest.startswith("['liveness_missing'] 0."), rest

@@ -65,6 +65,26 @@ def check_antifraud_features(repository: Path, model: str) -> None:
             f"{FEATURES_VERSION}: retrain it (kyc models antifraud train)")
 
 
+def mrz_text_lines(lines: list[dict], mrz: list[str], min_ratio: float = 0.8) -> set[int]:
+    """Indices of the text lines that were read as the MRZ lines: the reported MRZ
+    lines are corrected (and padded), so each is matched to its closest reading."""
+    import difflib
+    import re
+
+    def squeeze(text: str) -> str:  # the recogniser merges runs of fillers
+        return re.sub("<+", "<", text.upper().replace(" ", "")).rstrip("<")
+
+    found: set[int] = set()
+    for target in mrz:
+        scored = [(difflib.SequenceMatcher(None, squeeze(line["text"]), squeeze(target)).ratio(),
+                   k) for k, line in enumerate(lines) if k not in found]
+        if scored:
+            ratio, k = max(scored)
+            if ratio >= min_ratio:
+                found.add(k)
+    return found
+
+
 def _text(array: np.ndarray, row: int) -> str:
     value = array[row].reshape(-1)[0]
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
@@ -133,9 +153,9 @@ class DecisionModel:
         match = float(np.dot(doc_emb, selfie_emb)) if doc_found and selfie_found else -1.0
         document = json.loads(_text(arrays["DOCUMENT"], 0))
         lines = json.loads(_text(arrays["TEXT_LINES"], 0))
-        mrz_lines = set((document.get("mrz") or {}).get("lines") or [])
-        visual = [line["text"] for line in lines if line["text"] not in mrz_lines]
-        mrz_conf = [line["confidence"] for line in lines if line["text"] in mrz_lines]
+        read_as_mrz = mrz_text_lines(lines, (document.get("mrz") or {}).get("lines") or [])
+        visual = [line["text"] for k, line in enumerate(lines) if k not in read_as_mrz]
+        mrz_conf = [lines[k]["confidence"] for k in read_as_mrz]
         liveness = self._liveness(arrays["LIVENESS_TOKEN"].reshape(-1)[0], selfie_emb,
                                   selfie_found)
         selfie_quality = json.loads(_text(arrays["SELFIE_QUALITY"], 0))
@@ -188,6 +208,9 @@ class DecisionModel:
             "document": {**obs.document, "age": figures["age"],
                          "visual_zone_consistent": figures["visual_zone_consistent"]},
             "fraud_score": round(fraud, 4),
+            # what antifraud saw, in its pinned order (explains fraud_score)
+            "fraud_features": {name: round(float(v), 4)
+                               for name, v in zip(FEATURES, item["features"], strict=True)},
             "policy": {k: figures[k] for k in ("min_age", "fraud_review_threshold",
                                                "fraud_reject_threshold")},
         }
