@@ -111,3 +111,29 @@ def test_antifraud_takes_the_pinned_feature_vector_and_no_tensorrt():
     assert (features_input.name, list(features_input.dims)) == ("FEATURES", [len(features)])
     assert [o.name for o in config.output] == ["FRAUD_SCORE"]
     assert not config.optimization.execution_accelerators.gpu_execution_accelerator
+
+
+def test_the_tensorrt_profiles_cover_every_shape_the_python_steps_send():
+    """On GPU a shape outside the engine's profile fails the request."""
+    from kyc.document.model import PreprocessSettings
+    from kyc.document.ocr import OcrSettings
+    from kyc.face.preprocess import FaceSettings
+    from kyc.repo.config import model_parameters
+    from kyc.settings import from_parameters
+
+    def max_shape(model: str) -> list[int]:
+        config = load_config(SHIPPED_REPOSITORY / model / "config.pbtxt")
+        (trt,) = config.optimization.execution_accelerators.gpu_execution_accelerator
+        text = trt.parameters["trt_profile_max_shapes"].split(":")[1]
+        return [int(v) for v in text.split("x")]
+
+    ocr = from_parameters(OcrSettings, model_parameters(SHIPPED_REPOSITORY, "ocr_postprocess"))
+    batch, height, width, _ = max_shape("ocr_rec")
+    assert (batch, height) == (64, 48) and width >= ocr.rec_max_width
+    assert ocr.rec_max_batch <= batch
+    page = from_parameters(PreprocessSettings,
+                           model_parameters(SHIPPED_REPOSITORY, "ocr_preprocess"))
+    assert min(max_shape("ocr_det")[1:3]) >= page.canvas_size
+    face = from_parameters(FaceSettings, model_parameters(SHIPPED_REPOSITORY, "face_preprocess"))
+    assert min(max_shape("face_detector")[1:3]) >= face.detector_size
+    assert max_shape("face_detector")[0] >= face.detector_max_batch
