@@ -26,7 +26,6 @@ image content, texts or embeddings.
 
 from __future__ import annotations
 
-import compileall
 import contextlib
 import dataclasses
 import itertools
@@ -49,6 +48,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from kyc.repo.config import load_config, model_parameters, parse_config
+from kyc.repo.publish import precompile_python_models
 from kyc.runtime.server import ServerError, ServerOptions, TritonServer, free_port
 
 log = logging.getLogger(__name__)
@@ -134,7 +134,7 @@ def copy_repository(src: Path, dest: Path, models: Iterable[str] | None = None) 
     for model_dir in sorted(p for p in src.resolve().iterdir() if p.is_dir()):
         if not _skipped(model_dir.name) and (wanted is None or model_dir.name in wanted):
             _mirror(model_dir, dest / model_dir.name)
-    compileall.compile_dir(str(dest), quiet=1)
+    precompile_python_models(dest)
     return dest
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from kyc.liveness.client import MODEL as LIVENESS_MODEL
-from kyc.liveness.client import LivenessReply, LivenessStream, frame_input
+from kyc.liveness.client import LivenessReply, frame_input, run_session
 
 ENTRY_MODEL = "kyc_ensemble"
 DEFAULT_TIMEOUT_S = 60.0
@@ -160,22 +160,10 @@ class KycClient:
                          ) -> LivenessSession:
         """START, ``film(challenge)`` -> frames, stream them, END with the last.
         ``on_reply(k, n, reply)`` sees every frame's reply as it comes (progress)."""
-        sid = sequence_id if sequence_id is not None else uuid.uuid4().hex
-        with LivenessStream(self.url) as stream:
-            stream.send(sid, b"", start=True)
-            started = _checked(stream.receive())
-            frames = list(film(started.status["challenge"]))
-            if not frames:
-                raise KycInputError("no frames to send")
-            for k, frame in enumerate(frames):
-                stream.send(sid, frame, end=k == len(frames) - 1)
-            replies = [started]
-            for k in range(len(frames)):
-                reply = _checked(stream.receive())
-                replies.append(reply)
-                if on_reply is not None:
-                    on_reply(k + 1, len(frames), reply)
-        return LivenessSession(started.status["challenge"], replies)
+        replies = [_checked(r) for r in run_session(self.url, film, sequence_id, on_reply)]
+        if len(replies) == 1:
+            raise KycInputError("no frames to send")
+        return LivenessSession(replies[0].status["challenge"], replies)
 
     def close(self) -> None:
         self._client.close()

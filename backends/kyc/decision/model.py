@@ -23,7 +23,7 @@ import numpy as np
 
 from kyc.decision.features import FEATURES, FEATURES_VERSION, Observation, vector
 from kyc.decision.policy import DecisionSettings, Findings, LivenessEvidence, decide
-from kyc.liveness.token import TokenError, TokenSealer, load_key
+from kyc.liveness.token import TokenError, TokenExpiredError, TokenSealer, load_key
 from kyc.repo.check import version_dirs
 from kyc.repo.config import model_parameters
 from kyc.settings import from_parameters
@@ -180,7 +180,7 @@ class DecisionModel:
         try:
             claims = self.sealer.open(data)
         except TokenError as exc:
-            return LivenessEvidence(provided=True, expired="expired" in str(exc),
+            return LivenessEvidence(provided=True, expired=isinstance(exc, TokenExpiredError),
                                     problem=str(exc))
         similarity = None
         if (selfie_found and claims.embedding is not None

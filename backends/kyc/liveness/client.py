@@ -78,9 +78,13 @@ class LivenessStream:
 
 
 def run_session(url: str, make_frames: Callable[[dict], Sequence[bytes]],
-                sequence_id: int | str | None = None) -> list[LivenessReply | Exception]:
+                sequence_id: int | str | None = None,
+                on_reply: Callable[[int, int, LivenessReply], None] | None = None
+                ) -> list[LivenessReply | Exception]:
     """START with no frame; ``make_frames(challenge)`` (what the app asks the person to
-    do and films); every frame, END on the last. One reply per request, START's first."""
+    do and films); every frame, END on the last. One reply per request, START's first
+    (only START's when it failed); ``on_reply(k, n, reply)`` sees each frame's reply
+    as it comes (progress)."""
     sid = sequence_id if sequence_id is not None else uuid.uuid4().hex
     with LivenessStream(url) as stream:
         stream.send(sid, b"", start=True)
@@ -90,4 +94,10 @@ def run_session(url: str, make_frames: Callable[[dict], Sequence[bytes]],
         frames = make_frames(started.status["challenge"])
         for k, frame in enumerate(frames):
             stream.send(sid, frame, end=k == len(frames) - 1)
-        return [started, *(stream.receive() for _ in frames)]
+        replies: list[LivenessReply | Exception] = [started]
+        for k in range(len(frames)):
+            reply = stream.receive()
+            replies.append(reply)
+            if on_reply is not None and not isinstance(reply, Exception):
+                on_reply(k + 1, len(frames), reply)
+        return replies

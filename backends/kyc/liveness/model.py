@@ -170,47 +170,43 @@ class LivenessModel:
         item.session = session
 
     def _observe(self, items: list[_Item]) -> None:
-        """Faces of every frame in one face path run, embeddings in one BLS call."""
+        """Faces of every frame in one face path run; the found faces embedded (and
+        scored by the anti-spoofing model when configured) in batched BLS calls."""
         if not items:
             return
         results = self.face.run([i.frame for i in items])  # type: ignore[misc]
-        found = []
+        seen = []
         for item, result in zip(items, results, strict=True):
             if isinstance(result, Exception):
                 item.error = (RequestError(f"FRAME: {result}") if isinstance(result, ImageError)
                               else result)
-                continue
+            else:
+                seen.append((item, result))
+        found = [r for _, r in seen if r.found]
+        embeddings = iter(self._batched(self.settings.embedding_model, "FACE", "EMBEDDING",
+                                        [r.face for r in found]))
+        pad = iter(self._batched(self.settings.antispoof_model, "CROP", "REAL",
+                                 [r.context for r in found])
+                   if self.settings.antispoof_model else [])
+        for item, result in seen:
             quality = result.quality or {}
             item.result = Frame(
                 face_found=result.found, faces=result.faces,
                 pose=(quality["yaw"], quality["pitch"], quality["roll"]) if result.found
                 else None,
-                sharpness=float(quality.get("sharpness", 0.0)))
-            if result.found:
-                found.append((item, result))
-        embeddings: list[np.ndarray] = []
-        for first in range(0, len(found), EMBEDDING_BATCH):
-            faces = np.stack([r.face for _, r in found[first:first + EMBEDDING_BATCH]])
-            embeddings += list(bls_infer(self.settings.embedding_model, {"FACE": faces},
-                                         ["EMBEDDING"])["EMBEDDING"])
-        pad = self._pad_scores([r.context for _, r in found])
-        for k, ((item, _), embedding) in enumerate(zip(found, embeddings, strict=True)):
-            item.result = Frame(item.result.face_found, item.result.faces,  # type: ignore[union-attr]
-                                item.result.pose, item.result.sharpness,  # type: ignore[union-attr]
-                                np.asarray(embedding, np.float32),
-                                None if pad is None else float(pad[k]))
+                sharpness=float(quality.get("sharpness", 0.0)),
+                embedding=np.asarray(next(embeddings), np.float32) if result.found else None,
+                pad_score=float(np.asarray(next(pad)).reshape(-1)[0])
+                if result.found and self.settings.antispoof_model else None)
 
-    def _pad_scores(self, crops: list) -> np.ndarray | None:
-        """Real-face probability of each face from the configured anti-spoofing model,
-        in one BLS call per EMBEDDING_BATCH crops."""
-        if not self.settings.antispoof_model or not crops:
-            return None
-        scores = []
-        for first in range(0, len(crops), EMBEDDING_BATCH):
-            batch = np.stack(crops[first:first + EMBEDDING_BATCH])
-            out = bls_infer(self.settings.antispoof_model, {"CROP": batch}, ["REAL"])
-            scores.append(np.asarray(out["REAL"], np.float32).reshape(-1))
-        return np.concatenate(scores)
+    @staticmethod
+    def _batched(model: str, name: str, output: str, arrays: list) -> list[np.ndarray]:
+        """``output`` of ``model`` for each array, in one BLS call per EMBEDDING_BATCH."""
+        out: list[np.ndarray] = []
+        for first in range(0, len(arrays), EMBEDDING_BATCH):
+            batch = np.stack(arrays[first:first + EMBEDDING_BATCH])
+            out += list(bls_infer(model, {name: batch}, [output])[output])
+        return out
 
     # -- responses ------------------------------------------------------------------
     def _respond(self, item: _Item, now: float) -> Any:

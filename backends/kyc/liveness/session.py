@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kyc.liveness.challenge import MOVES, events, progress
+from kyc.liveness.challenge import events, parse_moves, progress
 
 PAD_NOT_CONFIGURED = "not_configured"
 
@@ -107,8 +107,7 @@ class Session:
         return [None if p is None else p - baseline for p in poses]
 
     def events(self, settings: LivenessSettings) -> list[str]:
-        moves = [m.strip() for m in settings.moves.split(",") if m.strip() in MOVES]
-        return events(self.offsets(settings), moves, settings.amplitude_deg,
+        return events(self.offsets(settings), parse_moves(settings.moves), settings.amplitude_deg,
                       settings.centre_deg, settings.min_hold_frames)
 
     def progress(self, settings: LivenessSettings) -> dict:

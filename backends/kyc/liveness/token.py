@@ -39,6 +39,10 @@ class TokenError(ValueError):
     """A token that cannot be trusted: malformed, altered, from another key, expired."""
 
 
+class TokenExpiredError(TokenError):
+    """A genuine token past its expiry time."""
+
+
 class TokenKeyError(RuntimeError):
     """No usable token key configured."""
 
@@ -149,5 +153,5 @@ class TokenSealer:
             raise TokenError("token was altered or made with another key") from None
         claims = LivenessClaims.from_json(plain)
         if (time.time() if now is None else now) >= claims.expires_at:
-            raise TokenError("token has expired")
+            raise TokenExpiredError("token has expired")
         return claims

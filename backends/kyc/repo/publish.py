@@ -83,6 +83,20 @@ def _fsync_tree(root: Path) -> None:
         _fsync(path)
 
 
+def precompile_python_models(root: Path) -> None:
+    """Write the bytecode of every Python file under ``root`` before a server sees it.
+
+    The stub ignores PYTHONDONTWRITEBYTECODE (measured: with it in the stub's
+    environment, the first load still wrote ``1/__pycache__``), and a poll-mode
+    server that sees ``__pycache__`` appear reloads that model about 2 s later,
+    dropping its state (liveness sessions) and its statistics. With the bytecode
+    already there and current, the stub writes nothing. A read-only tree is left
+    as it is (nothing can be written into it then either).
+    """
+    with contextlib.suppress(OSError):
+        compileall.compile_dir(str(root), quiet=2)
+
+
 def next_version(model_dir: Path) -> int:
     versions = version_dirs(model_dir)
     return int(versions[-1].name) + 1 if versions else 1
@@ -115,7 +129,7 @@ def publish(repository: Path, model: str, src: Path, *, force: bool = False) -> 
                 raise PublishError(
                     f"{model} version {version} refused: {len(problems)} problem(s)", problems
                 )
-            compileall.compile_dir(str(staging), quiet=1)
+            precompile_python_models(staging)
             _fsync_tree(staging)
             target = model_dir / str(version)
             os.rename(staging, target)

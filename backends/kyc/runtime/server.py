@@ -6,7 +6,6 @@ integration tests, so both run the server the same way.
 
 from __future__ import annotations
 
-import compileall
 import contextlib
 import ctypes
 import ctypes.util
@@ -28,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from kyc.repo.publish import precompile_python_models
 from kyc.runtime.triton import TritonInstall, assemble_backends, system_install
 
 log = logging.getLogger(__name__)
@@ -39,20 +39,6 @@ _SHM_PREFIX_RE = re.compile(r"^kyc_(\d+)_[0-9a-f]{6}_")
 
 class ServerError(RuntimeError):
     """The server failed to start, or stopped on its own."""
-
-
-def precompile_python_models(repository: Path) -> None:
-    """Write the bytecode of every Python model file before the server starts.
-
-    The stub ignores PYTHONDONTWRITEBYTECODE (measured: with it in the stub's
-    environment, the first load still wrote ``1/__pycache__``), and a poll-mode
-    server that sees ``__pycache__`` appear reloads that model about 2 s after it
-    is ready, dropping its state (liveness sessions) and its statistics. With the
-    bytecode already there and current, the stub writes nothing. A read-only
-    repository is left as it is (nothing can be written into it then either).
-    """
-    with contextlib.suppress(OSError):
-        compileall.compile_dir(str(repository), quiet=2)
 
 
 def default_token_key_file() -> Path:

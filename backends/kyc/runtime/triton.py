@@ -52,9 +52,9 @@ class TritonInstall:
         env = dict(os.environ if base is None else base)
         bin_dir = str(Path(sys.executable).parent)
         env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")]).rstrip(os.pathsep)
-        # A stub importing <model>/<version>/model.py would write __pycache__ into
-        # the version folder; in poll mode that change reloads the model (and
-        # resets its statistics) a few seconds after its first request.
+        # No bytecode from other Python processes of the server. The stubs ignore it
+        # (measured): TritonServer.start precompiles the Python models instead
+        # (kyc.repo.publish.precompile_python_models).
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         if self.library_dirs:
             libs = [str(d) for d in self.library_dirs]
