@@ -18,14 +18,14 @@ $(VENV)/.installed: pyproject.toml constraints.txt scripts/system-deps.sh
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python >= 3.10 is required")'
 	bash scripts/system-deps.sh "$$($(PYTHON) -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev,bench]'
 	@# The wheel's own Python dependencies are not needed to run its server binary.
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -c constraints.txt nvidia-pytriton
 	touch $@
 
 # PyTorch for `kyc models arcface` and its tests; not part of setup (the image has no torch).
 $(VENV)/.installed-arcface: $(VENV)/.installed
-	$(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev,arcface]'
+	$(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev,bench,arcface]'
 	touch $@
 
 # The OCR peer `kyc bench` compares document reading with; not part of setup.

@@ -1,45 +1,45 @@
-"""``kyc bench``: throughput and latency of the served models against the same work in process.
+"""``kyc bench``: the served pipeline against its limit, its variants and its peers.
 
-Each registered :class:`Workload` (the face path; document reading) is measured
-three ways, one after the other on a shared machine:
+One run on one machine, side by side (absolute times on shared machines are
+noisy; the goals are ratios and percentiles of one run):
 
-- served with the shipped configs (dynamic batching on), on a real Triton server;
-- served with the ``dynamic_batching`` blocks removed from its models' configs;
-- in this process without Triton: the same Python code and ONNX files, the same
-  onnxruntime thread settings as the served ONNX models, in batches of up to the
-  entry model's ``max_batch_size``;
+- ``kyc_ensemble`` end to end, served, concurrency swept (1, 2, 4, 8, 16);
+- ``kyc_in_process``: the same ONNX files and the same kyc code in this process
+  with onnxruntime, no Triton, in batches of min(concurrency, max batch): the
+  limit no server can beat (``served_vs_inprocess_throughput``);
+- ``face_embedding`` and ``ocr_rec`` alone with their shipped dynamic batching and
+  with it removed: the variant is loaded through the model-control API (the bench's
+  server runs in explicit mode) with an override config, then the shipped one is
+  loaded back (``dynamic_batching_speedup``: face_embedding at concurrency 16);
+- ``liveness_sequence``: N concurrent sessions streaming frames, per-frame latency,
+  alone and while ``document_ocr`` clients load the same server;
+- ``document_ocr`` against the peer ``rapidocr-onnxruntime`` in process, on the
+  same rendered documents: latency and MRZ exact-match rate;
+- the server's memory: resident (and proportional) set of tritonserver and its
+  stub processes after the run.
 
-and against its peers, where it has any: other software doing the same work in
-process (document reading: ``rapidocr-onnxruntime``, installed by ``make test``,
-reported as skipped where it is not installed). Workloads that can be right or
-wrong (documents) are scored against what was printed, in every scenario.
-
-Each served variant gets its own server (started in turn, never two at once) over
-a temporary copy of the repository: configs copied so that they can be edited,
-everything else symlinked. Load comes from ``concurrency`` closed-loop clients,
-each with its own gRPC client; a warm-up round precedes every measured window.
-Statistics-API counts (executions vs inferences) over the measured window show
-whether batching happened. The served entry model is also timed alone, one
-request at a time. Only counts, rates, shapes and timings are reported: never
-image content, texts or embeddings.
+Each concurrency level is one closed loop of asyncio gRPC clients: a warm-up
+(at least one answer per client), then a fixed window in which answered requests
+count, while Triton's statistics API gives each model's queue and compute times
+over the same window. Inputs are generated from the real test photos and the
+document renderer, never noise. Only counts, rates, shapes and timings are
+reported: never image content, texts, tokens or embeddings.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
-import itertools
 import json
 import logging
 import math
 import os
 import platform
-import re
 import shutil
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -47,72 +47,85 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from kyc.repo.config import load_config, model_parameters, parse_config
+from kyc.repo.config import load_config, model_parameters
 from kyc.repo.publish import precompile_python_models
 from kyc.runtime.server import ServerError, ServerOptions, TritonServer, free_port
 
 log = logging.getLogger(__name__)
 
 DEFAULT_REPOSITORY = Path("model_repository")
-# Nothing changes in the copy while it is served.
-POLL_SECS = 3600
 READY_TIMEOUT_S = 180.0
 STOP_GRACE_S = 10.0
-CLIENT_TIMEOUT_S = 60.0
-SETTLE_TIMEOUT_S = 2.0
+CLIENT_TIMEOUT_S = 120.0
+LEVELS = (1, 2, 4, 8, 16)
+STAGES = ("queue", "compute_input", "compute_infer", "compute_output")
 
-VARIANT_ON = "served_batching_on"
-VARIANT_OFF = "served_batching_off"
-VARIANT_IN_PROCESS = "in_process"
-VARIANTS = {
-    VARIANT_ON: "served by Triton, shipped configs (dynamic batching on)",
-    VARIANT_OFF: "served by Triton, dynamic_batching removed from the models' configs",
-    VARIANT_IN_PROCESS: "in process without Triton, batches of min(concurrency, max batch)",
-}
-PEER_PREFIX = "peer_"
-PRIMARY_WORKLOAD = "face"
+# Scenario groups, in the order they run; each has the levels of a quick run.
+GROUPS = ("kyc", "batching", "liveness", "document")
+QUICK_LEVELS = {"kyc": (1, 2, 4), "batching": (1, 4, 16), "liveness": (1, 8),
+                "document": (1,)}
+FULL_LEVELS = {"kyc": LEVELS, "batching": LEVELS, "liveness": LEVELS, "document": (1, 2, 4)}
+BATCHING_SPEEDUP_LEVEL = 16
+LIVENESS_GOAL_SESSIONS = 8
+OCR_LOAD_CLIENTS = 2
 
 
 class BenchError(RuntimeError):
     """The benchmark could not run (missing weights, server did not start...)."""
 
 
+class PeerUnavailableError(RuntimeError):
+    """A peer that is not installed here (``make test`` installs the peers)."""
+
+
+@dataclass(frozen=True)
+class Window:
+    """How long one concurrency level runs: a warm-up of at least ``warmup_s`` and
+    one answer per client, then a window of at least ``window_s`` and
+    ``min_requests`` answers; each phase ends after ``max_s`` whatever happened."""
+
+    warmup_s: float = 3.0
+    window_s: float = 10.0
+    min_requests: int = 20
+    max_s: float = 60.0
+
+
+QUICK_WINDOW = Window(warmup_s=0.5, window_s=2.5, min_requests=4, max_s=20.0)
+
+
 @dataclass(frozen=True)
 class BenchOptions:
-    """What to run. ``requests`` and ``concurrency`` apply to every scenario."""
-
     model_repository: Path = DEFAULT_REPOSITORY
-    requests: int = 320
-    concurrency: int = 8
-    warmup_requests: int = 32
     quick: bool = False
-    workloads: tuple[str, ...] = ()  # names of WORKLOADS; empty: all of them
+    window: Window = Window()
+    groups: tuple[str, ...] = ()  # empty: all of GROUPS
+    levels: tuple[int, ...] = ()  # empty: each group's own
+    url: str | None = None  # a running server (gRPC host:port) instead of our own
+    admin_key: str | None = None  # of that server's model-repository API
 
     @classmethod
     def for_run(cls, *, quick: bool, model_repository: Path = DEFAULT_REPOSITORY,
-                requests: int | None = None, concurrency: int | None = None,
-                workloads: Sequence[str] = ()) -> BenchOptions:
-        """The defaults of a full or a ``--quick`` run, with explicit values on top."""
-        base = cls(requests=48, concurrency=4, warmup_requests=8) if quick else cls()
-        return cls(
-            model_repository=model_repository,
-            requests=requests or base.requests,
-            concurrency=concurrency or base.concurrency,
-            warmup_requests=max(base.warmup_requests, 2 * (concurrency or base.concurrency)),
-            quick=quick,
-            workloads=tuple(workloads),
-        )
+                groups: Sequence[str] = (), levels: Sequence[int] = (),
+                window_s: float | None = None, url: str | None = None,
+                admin_key: str | None = None) -> BenchOptions:
+        window = QUICK_WINDOW if quick else Window()
+        if window_s is not None:
+            window = dataclasses.replace(window, window_s=window_s)
+        unknown = sorted(set(groups) - set(GROUPS))
+        if unknown:
+            raise BenchError(f"unknown scenario group(s) {', '.join(unknown)}; "
+                             f"known: {', '.join(GROUPS)}")
+        return cls(model_repository=model_repository, quick=quick, window=window,
+                   groups=tuple(g for g in GROUPS if not groups or g in groups),
+                   levels=tuple(sorted(set(levels))), url=url, admin_key=admin_key)
 
-    def scaled(self, cost: float) -> BenchOptions:
-        """The options of a workload whose request costs ``cost`` face requests: fewer
-        requests, never fewer than one per client."""
-        if cost <= 1:
-            return self
-        return dataclasses.replace(
-            self,
-            requests=max(self.concurrency, math.ceil(self.requests / cost)),
-            warmup_requests=max(self.concurrency, math.ceil(self.warmup_requests / cost)),
-        )
+    def levels_of(self, group: str) -> tuple[int, ...]:
+        if self.levels:
+            return self.levels
+        return (QUICK_LEVELS if self.quick else FULL_LEVELS)[group]
+
+    def runs(self, group: str) -> bool:
+        return not self.groups or group in self.groups
 
 
 # -- the model repository copy -------------------------------------------------------
@@ -123,12 +136,8 @@ def _skipped(name: str) -> bool:
 
 def copy_repository(src: Path, dest: Path, models: Iterable[str] | None = None) -> Path:
     """A cheap copy of a model repository: ``config.pbtxt`` files copied (editable),
-    every other file symlinked. ``models`` limits the copy to those model folders.
-
-    Python files are precompiled in the copy: a stub that writes ``__pycache__``
-    into a version folder on its first import makes a poll-mode server reload
-    that model once, seconds after it is ready, which resets its statistics.
-    """
+    every other file symlinked; ``models`` limits the copy to those model folders.
+    Python files are precompiled in the copy (see :func:`precompile_python_models`)."""
     wanted = None if models is None else set(models)
     dest.mkdir(parents=True)
     for model_dir in sorted(p for p in src.resolve().iterdir() if p.is_dir()):
@@ -152,88 +161,49 @@ def _mirror(src_dir: Path, dest_dir: Path) -> None:
                 os.symlink(Path(root) / name, target / name)
 
 
-# -- configs without dynamic batching ------------------------------------------------
-_COMMENT_OR_STRING = re.compile(r"#[^\n]*|\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'")
-_DYNAMIC_BATCHING = re.compile(r"\bdynamic_batching\s*:?\s*\{")
+def max_batch_size(repository: Path, model: str) -> int:
+    return int(load_config(repository / model / "config.pbtxt").max_batch_size)
 
 
-def _mask(text: str) -> str:
-    """``text`` with comments and string literals blanked out (same length)."""
-    return _COMMENT_OR_STRING.sub(lambda m: " " * len(m.group()), text)
+def pipeline_steps(repository: Path, model: str) -> list[str]:
+    """The models whose queue and compute times make up one request of ``model``:
+    the model itself, or an ensemble's steps (nested ensembles expanded). Models a
+    Python model calls through BLS are inside their caller's compute time."""
+    config = load_config(repository / model / "config.pbtxt")
+    if config.platform != "ensemble":
+        return [model]
+    steps: list[str] = []
+    for step in config.ensemble_scheduling.step:
+        steps += [m for m in pipeline_steps(repository, step.model_name) if m not in steps]
+    return steps
 
 
-def _closing_brace(masked: str, opening: int) -> int:
-    depth = 0
-    for i in range(opening, len(masked)):
-        if masked[i] == "{":
-            depth += 1
-        elif masked[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return i
-    raise ValueError("unbalanced braces in the dynamic_batching block")
+def check_weights(repository: Path, models: Iterable[str]) -> None:
+    """Every model but an ensemble has its files (an ensemble has none)."""
+    missing = [m for m in sorted(models)
+               if load_config(repository / m / "config.pbtxt").platform != "ensemble"
+               and not list((repository / m).glob("[0-9]*/model.*"))]
+    if missing:
+        raise BenchError(f"no model files for {', '.join(missing)} in {repository}: "
+                         "run `make setup`")
 
 
-def _whole_lines(text: str, start: int, end: int) -> tuple[int, int]:
-    """Widen [start, end) to whole lines when nothing else shares them."""
-    line_start = text.rfind("\n", 0, start) + 1
-    if not text[line_start:start].strip():
-        start = line_start
-    line_end = text.find("\n", end)
-    line_end = len(text) if line_end < 0 else line_end + 1
-    if not text[end:line_end].strip():
-        end = line_end
-    return start, end
-
-
-def remove_dynamic_batching(text: str) -> str:
-    """The config text without its top-level ``dynamic_batching { ... }`` block.
-
-    Comments and string values are left alone, nested blocks (priority levels,
-    queue policies) go with the block. Only ``{}`` delimiters are understood.
-    """
-    masked = _mask(text)
-    spans = []
-    for match in _DYNAMIC_BATCHING.finditer(masked):
-        prefix = masked[: match.start()]
-        if prefix.count("{") == prefix.count("}"):
-            closing = _closing_brace(masked, match.end() - 1)
-            spans.append(_whole_lines(text, match.start(), closing + 1))
-    for start, end in reversed(spans):
-        text = text[:start] + text[end:]
-    return text
-
-
-def disable_dynamic_batching(repository: Path, models: Iterable[str]) -> None:
-    """Rewrite the copied configs of ``models`` without dynamic batching (checked)."""
-    for model in models:
-        path = repository / model / "config.pbtxt"
-        try:
-            text = remove_dynamic_batching(path.read_text(encoding="utf-8"))
-            left = parse_config(text).HasField("dynamic_batching")
-        except ValueError as exc:  # ConfigError is one too
-            raise BenchError(f"{model}: config without dynamic_batching: {exc}") from None
-        if left:
-            raise BenchError(f"{model}: could not remove dynamic_batching from its config")
-        path.write_text(text, encoding="utf-8")
-
-
-# -- load and measurement ------------------------------------------------------------
+# -- measurement ---------------------------------------------------------------------
 # An answered request's tallies (e.g. {"faces_found": 1}), summed over the window;
 # or what went wrong.
 Outcome = Mapping[str, int] | Exception
 
 
-class ServedClient(Protocol):
-    """One client's path through the served models; one instance per thread."""
+class AsyncClient(Protocol):
+    """One closed-loop client: ``next()`` sends one request and returns its tallies."""
 
-    def __call__(self, payload: Any) -> Mapping[str, int]: ...
+    async def next(self) -> Mapping[str, int]: ...
 
-    def close(self) -> None: ...
+    async def close(self) -> None: ...
 
 
 class InProcessRunner(Protocol):
-    """The same path without Triton: a batch of payloads in, one outcome each out."""
+    """A path without Triton: a batch of payloads in, one outcome each out."""
 
     max_batch: int
 
@@ -260,62 +230,131 @@ class Measurement:
         if isinstance(outcome, Exception):
             self.errors += 1
             log.log(logging.WARNING if self.errors <= 3 else logging.DEBUG,
-                    "request failed: %s", outcome)
+                    "request failed: %s", type(outcome).__name__)
             return
         self.latencies_s.append(latency_s)
         for key, value in outcome.items():
             self.tallies[key] = self.tallies.get(key, 0) + int(value)
 
 
-def drive_clients(make_client: Callable[[], ServedClient], payloads: Sequence[Any],
-                  requests: int, concurrency: int) -> Measurement:
-    """``requests`` requests from ``concurrency`` closed-loop clients (threads)."""
-    measurement = Measurement(concurrency=concurrency)
-    counter = itertools.count()
-    lock = threading.Lock()
+StatsReader = Callable[[], Awaitable[dict[str, dict[str, int]]]]
 
-    def client_loop() -> None:
-        client = make_client()
-        try:
-            while (i := next(counter)) < requests:
-                started = time.perf_counter()
-                try:
-                    outcome: Outcome = client(payloads[i % len(payloads)])
-                except Exception as exc:  # counted, the load goes on
-                    outcome = exc
-                with lock:
-                    measurement.record(outcome, time.perf_counter() - started)
-        finally:
-            client.close()
 
-    threads = [threading.Thread(target=client_loop, name=f"bench-client-{k}")
-               for k in range(concurrency)]
+@dataclass
+class Level:
+    """One measured concurrency level: the window, and the statistics around it."""
+
+    measurement: Measurement
+    stats_before: dict[str, dict[str, int]] = field(default_factory=dict)
+    stats_after: dict[str, dict[str, int]] = field(default_factory=dict)
+    background: Measurement | None = None  # requests of a concurrent load, if any
+
+
+async def _phase(until: Callable[[float], bool], max_s: float,
+                 tasks: Sequence[asyncio.Task]) -> float:
     started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    measurement.seconds = time.perf_counter() - started
-    return measurement
+    while True:
+        elapsed = time.perf_counter() - started
+        if until(elapsed) or elapsed >= max_s:
+            return elapsed
+        failed = [t for t in tasks if t.done() and t.exception() is not None]
+        if failed:
+            raise failed[0].exception()  # type: ignore[misc]
+        await asyncio.sleep(0.02)
 
 
-def drive_batches(runner: InProcessRunner, payloads: Sequence[Any], requests: int,
-                  concurrency: int) -> Measurement:
-    """``requests`` payloads in batches of min(concurrency, max batch): as if that
-    many clients waited on a perfect batcher, each answered when its batch is done."""
+async def measure_level(make_client: Callable[[int], AsyncClient], concurrency: int,
+                        window: Window, stats: StatsReader | None = None,
+                        background: Sequence[AsyncClient] = ()) -> Level:
+    """``concurrency`` closed-loop clients: warm-up, then the measured window, with
+    ``stats`` read at both ends of it. ``background`` clients load the server during
+    the whole level; their answers in the window are counted apart."""
+    clients = [make_client(k) for k in range(concurrency)]
     measurement = Measurement(concurrency=concurrency)
+    load = Measurement(concurrency=len(background)) if background else None
+    answered = [0] * (len(clients) + len(background))
+    counting = False
+
+    async def loop(k: int, client: AsyncClient, into: Measurement | None) -> None:
+        while True:
+            started = time.perf_counter()
+            try:
+                outcome: Outcome = await client.next()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # counted; the load goes on
+                outcome = exc
+            answered[k] += 1
+            if counting and into is not None:
+                into.record(outcome, time.perf_counter() - started)
+
+    tasks = [asyncio.create_task(loop(k, c, measurement)) for k, c in enumerate(clients)]
+    tasks += [asyncio.create_task(loop(len(clients) + k, c, load))
+              for k, c in enumerate(background)]
+    level = Level(measurement, background=load)
+    try:
+        await _phase(lambda t: t >= window.warmup_s and min(answered) > 0, window.max_s,
+                     tasks)
+        if stats is not None:
+            level.stats_before = await stats()
+        counting = True
+        measurement.seconds = await _phase(
+            lambda t: t >= window.window_s and measurement.requests >= window.min_requests,
+            window.max_s, tasks)
+        counting = False
+        if load is not None:
+            load.seconds = measurement.seconds
+        if stats is not None:
+            level.stats_after = await stats()
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for client in [*clients, *background]:
+            with contextlib.suppress(Exception):
+                await client.close()
+    return level
+
+
+def measure_batches(runner: InProcessRunner, payloads: Sequence[Any], concurrency: int,
+                    window: Window) -> Measurement:
+    """In process: batches of min(concurrency, max batch), as if that many clients
+    waited on a perfect batcher, each answered when its batch is done; a warm-up
+    batch, then batches until the window is over."""
     size = max(1, min(concurrency, runner.max_batch))
-    started = time.perf_counter()
-    for first in range(0, requests, size):
-        batch = [payloads[i % len(payloads)] for i in range(first, min(first + size, requests))]
-        batch_started = time.perf_counter()
+    counter = 0
+
+    def batch() -> list[Any]:
+        nonlocal counter
+        chosen = [payloads[(counter + i) % len(payloads)] for i in range(size)]
+        counter += size
+        return chosen
+
+    def run(into: Measurement | None) -> None:
+        chosen = batch()
+        started = time.perf_counter()
         try:
-            outcomes = runner(batch)
+            outcomes = runner(chosen)
         except Exception as exc:  # the whole batch failed
-            outcomes = [exc] * len(batch)
-        elapsed = time.perf_counter() - batch_started
-        for outcome in outcomes:
-            measurement.record(outcome, elapsed)
+            outcomes = [exc] * len(chosen)
+        elapsed = time.perf_counter() - started
+        if into is not None:
+            for outcome in outcomes:
+                into.record(outcome, elapsed)
+
+    warm_started = time.perf_counter()
+    while True:
+        run(None)
+        if time.perf_counter() - warm_started >= min(window.warmup_s, window.max_s):
+            break
+    measurement = Measurement(concurrency=concurrency)
+    started = time.perf_counter()
+    while True:
+        run(measurement)
+        elapsed = time.perf_counter() - started
+        if (elapsed >= window.window_s and measurement.requests >= window.min_requests) \
+                or elapsed >= window.max_s:
+            break
     measurement.seconds = time.perf_counter() - started
     return measurement
 
@@ -326,122 +365,118 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def latency_ms(latencies_s: Sequence[float]) -> dict[str, float | None]:
-    """p50/p95/p99 in milliseconds; None when no request was answered."""
-    return {f"p{q}": round(percentile(latencies_s, q) * 1e3, 2) if latencies_s else None
-            for q in (50, 95, 99)}
+    """p50/p90/p95/p99 and the mean in milliseconds; None when nothing was answered."""
+    if not latencies_s:
+        return {"p50": None, "p90": None, "p95": None, "p99": None, "avg": None}
+    figs: dict[str, float | None] = {f"p{q}": round(percentile(latencies_s, q) * 1e3, 2)
+                                     for q in (50, 90, 95, 99)}
+    figs["avg"] = round(float(np.mean(latencies_s)) * 1e3, 2)
+    return figs
 
 
-def figures(measurement: Measurement, unit: str = "faces",
-            quality: Callable[[Mapping[str, int]], Mapping[str, Any]] | None = None
-            ) -> dict[str, Any]:
-    """The reported figures of one measured window: ``<unit>_per_s`` counts answered
-    requests only; the tallies, and the rates ``quality`` makes of them."""
+def level_figures(measurement: Measurement) -> dict[str, Any]:
+    """The reported figures of one window: ``per_s`` counts answered requests only."""
     done = len(measurement.latencies_s)
     return {
-        "unit": unit,
-        f"{unit}_per_s": round(done / measurement.seconds, 3) if measurement.seconds > 0 else 0.0,
+        "concurrency": measurement.concurrency,
+        "per_s": round(done / measurement.seconds, 3) if measurement.seconds > 0 else 0.0,
         "latency_ms": latency_ms(measurement.latencies_s),
         "requests": measurement.requests,
         "errors": measurement.errors,
-        **measurement.tallies,
-        **(quality(measurement.tallies) if quality else {}),
-        "concurrency": measurement.concurrency,
         "seconds": round(measurement.seconds, 3),
+        **measurement.tallies,
     }
 
 
 # -- statistics API ------------------------------------------------------------------
-Counts = dict[str, dict[str, int]]
+def stats_totals(stats: Mapping[str, Any]) -> dict[str, int]:
+    """Cumulative counters of a model (summed over its versions) from
+    ``get_inference_statistics(..., as_json=True)``: executions, inferences,
+    successful requests, and each stage's count and nanoseconds."""
+    totals = {"executions": 0, "inferences": 0, "requests": 0}
+    totals |= {f"{s}_{k}": 0 for s in STAGES for k in ("count", "ns")}
+    for entry in stats.get("model_stats", []):
+        totals["executions"] += int(entry.get("execution_count", 0))
+        totals["inferences"] += int(entry.get("inference_count", 0))
+        inference = entry.get("inference_stats", {})
+        totals["requests"] += int(inference.get("success", {}).get("count", 0))
+        for stage in STAGES:
+            totals[f"{stage}_count"] += int(inference.get(stage, {}).get("count", 0))
+            totals[f"{stage}_ns"] += int(inference.get(stage, {}).get("ns", 0))
+    return totals
 
 
-def stats_counts(stats: Mapping[str, Any]) -> dict[str, int]:
-    """execution_count and inference_count of a model (summed over its versions)
-    from ``get_inference_statistics(..., as_json=True)``."""
-    entries = stats.get("model_stats", [])
-    return {key: sum(int(e.get(key, 0)) for e in entries)
-            for key in ("execution_count", "inference_count")}
-
-
-def count_deltas(before: Counts, after: Counts) -> Counts:
-    deltas = {model: {key: after[model][key] - before[model][key] for key in after[model]}
-              for model in after}
-    for model, counts in deltas.items():
-        if min(counts.values()) < 0:
+def model_stats(before: Mapping[str, Mapping[str, int]], after: Mapping[str, Mapping[str, int]]
+                ) -> dict[str, dict[str, Any]]:
+    """Per model over a window: requests, executions, inferences, and each stage's
+    mean time per request in microseconds (None when it had none)."""
+    figs: dict[str, dict[str, Any]] = {}
+    for model in after:
+        delta = {k: after[model][k] - before.get(model, {}).get(k, 0) for k in after[model]}
+        if min(delta.values()) < 0:
             log.warning("%s: statistics went back (the model was reloaded?)", model)
-    return deltas
+        row: dict[str, Any] = {k: delta[k] for k in ("requests", "executions", "inferences")}
+        for stage in STAGES:
+            count = delta[f"{stage}_count"]
+            row[f"{stage}_us"] = round(delta[f"{stage}_ns"] / count / 1e3, 1) if count > 0 \
+                else None
+        figs[model] = row
+    return figs
 
 
-def read_counts(client: Any, models: Sequence[str]) -> Counts:
-    return {m: stats_counts(client.get_inference_statistics(
-        model_name=m, as_json=True, client_timeout=CLIENT_TIMEOUT_S)) for m in models}
+def server_times(before: Mapping[str, Mapping[str, int]], after: Mapping[str, Mapping[str, int]],
+                 entry: str, steps: Sequence[str]) -> dict[str, float] | None:
+    """Each stage's time per ``entry`` request, summed over its pipeline steps
+    (microseconds): what perf_analyzer reports as Server Queue / Compute *."""
+    if entry not in after or not all(s in after for s in steps):
+        return None
+    requests = after[entry]["requests"] - before.get(entry, {}).get("requests", 0)
+    if requests <= 0:
+        return None
+    return {stage: round(sum(after[s][f"{stage}_ns"] - before.get(s, {}).get(f"{stage}_ns", 0)
+                             for s in steps) / requests / 1e3, 1) for stage in STAGES}
 
 
-def settled_counts(client: Any, models: Sequence[str]) -> Counts:
-    """Counts once two readings agree: statistics land just after the responses."""
-    deadline = time.monotonic() + SETTLE_TIMEOUT_S
-    counts = read_counts(client, models)
-    while time.monotonic() < deadline:
-        time.sleep(0.1)
-        again = read_counts(client, models)
-        if again == counts:
-            break
-        counts = again
-    return counts
+def stats_reader(client: Any, models: Sequence[str]) -> StatsReader:
+    """Reads the cumulative counters of ``models`` with an aio gRPC client."""
+
+    async def read() -> dict[str, dict[str, int]]:
+        return {m: stats_totals(await client.get_inference_statistics(
+            model_name=m, as_json=True, client_timeout=CLIENT_TIMEOUT_S)) for m in models}
+
+    return read
 
 
-# -- workloads -----------------------------------------------------------------------
-@dataclass(frozen=True)
-class Workload:
-    """A path through the models, runnable served and in process.
+# -- clients ---------------------------------------------------------------------------
+class TensorClient:
+    """One model, one input tensor per request, cycling through ``payloads``
+    (arrays with a batch dimension of 1); tallies ``{unit: 1}``."""
 
-    ``models``: the served models it uses (their configs lose dynamic batching in
-    the "off" variant); ``served(grpc_url)`` makes one client's runner;
-    ``in_process(repository)`` builds the Triton-free runner; ``peers``: other
-    software doing the same work in process, by name (a factory raising
-    :class:`PeerUnavailableError` is reported as skipped). ``cost``: one request's work
-    in face requests (a workload runs ``requests / cost`` requests); ``unit``
-    names what a request carries; ``quality`` turns summed tallies into rates.
-    """
-
-    name: str
-    description: str
-    models: tuple[str, ...]
-    payloads: Callable[[int], list[Any]]  # at most this many distinct payloads
-    served: Callable[[str], ServedClient]
-    in_process: Callable[[Path], InProcessRunner] | None  # None: served only
-    unit: str = "faces"
-    cost: float = 1.0
-    quality: Callable[[Mapping[str, int]], Mapping[str, Any]] | None = None
-    peers: Mapping[str, tuple[str, Callable[[Path], InProcessRunner]]] = field(
-        default_factory=dict)  # name -> (description, factory)
-
-
-class PeerUnavailableError(RuntimeError):
-    """A peer that is not installed here (``make test`` installs the peers)."""
-
-
-class GrpcModels:
-    """A gRPC client of the served models; one per client thread."""
-
-    def __init__(self, grpc_url: str) -> None:
+    def __init__(self, grpc_url: str, model: str, input_name: str, payloads: Sequence[np.ndarray],
+                 output: str, unit: str, offset: int = 0) -> None:
         import tritonclient.grpc as grpcclient
+        import tritonclient.grpc.aio as aioclient
 
-        self.grpc = grpcclient
-        self.client = grpcclient.InferenceServerClient(grpc_url)
+        self.grpc, self.model, self.input_name = grpcclient, model, input_name
+        self.payloads, self.output, self.unit = payloads, output, unit
+        self.client = aioclient.InferenceServerClient(grpc_url)
+        self.index = offset
 
-    def _infer(self, model: str, name: str, array: np.ndarray, datatype: str,
-               outputs: Sequence[str]) -> Any:
-        tensor = self.grpc.InferInput(name, list(array.shape), datatype)
+    async def next(self) -> Mapping[str, int]:
+        array = self.payloads[self.index % len(self.payloads)]
+        self.index += 1
+        tensor = self.grpc.InferInput(self.input_name, list(array.shape),
+                                      "BYTES" if array.dtype == np.object_ else
+                                      self.grpc.np_to_triton_dtype(array.dtype))
         tensor.set_data_from_numpy(array)
-        return self.client.infer(model, [tensor], client_timeout=CLIENT_TIMEOUT_S,
-                                 outputs=[self.grpc.InferRequestedOutput(o) for o in outputs])
+        result = await self.client.infer(self.model, [tensor], client_timeout=CLIENT_TIMEOUT_S,
+                                         outputs=[self.grpc.InferRequestedOutput(self.output)])
+        if result.as_numpy(self.output) is None:
+            raise BenchError(f"{self.model} answered without {self.output}")
+        return {self.unit: 1}
 
-    def close(self) -> None:
-        self.client.close()
-
-
-def max_batch_size(repository: Path, model: str) -> int:
-    return int(load_config(repository / model / "config.pbtxt").max_batch_size)
+    async def close(self) -> None:
+        await self.client.close()
 
 
 # -- the face path ---------------------------------------------------------------------
@@ -456,21 +491,6 @@ def face_photos(count: int = 0) -> list[bytes]:
 
     photos = fetch_test_photos()
     return [photos[role].read_bytes() for role in sorted(photos) if role != "CREDITS"]
-
-
-class FaceServedClient(GrpcModels):
-    """face_preprocess, then face_embedding on its FACE when a face was found."""
-
-    def __call__(self, payload: bytes) -> Mapping[str, int]:
-        image = np.array([[payload]], dtype=np.object_)
-        pre = self._infer("face_preprocess", "IMAGE", image, "BYTES", ("FACE", "FACE_FOUND"))
-        if not bool(pre.as_numpy("FACE_FOUND")[0, 0]):
-            return {"faces_found": 0}
-        out = self._infer("face_embedding", "FACE", pre.as_numpy("FACE"), "UINT8", ("EMBEDDING",))
-        embedding = out.as_numpy("EMBEDDING")
-        if embedding is None or embedding.shape[0] != 1:
-            raise BenchError("face_embedding answered without one EMBEDDING")
-        return {"faces_found": 1}
 
 
 def onnx_model(repository: Path, model: str) -> tuple[Any, Any]:
@@ -526,41 +546,174 @@ class FaceInProcess:
             "face_embedding": self.embedding_settings.intra_op_threads}}
 
 
-def _face_workload() -> Workload:
-    return Workload(
-        name="face",
-        description="one face = face_preprocess (decode, detect, align) then face_embedding "
-                    "on its FACE",
-        models=FACE_MODELS,
-        payloads=face_photos,
-        served=FaceServedClient,
-        in_process=FaceInProcess,
-    )
+# -- scenarios -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Served:
+    """A served scenario: clients of ``entry`` swept over ``levels``."""
+
+    name: str
+    description: str
+    unit: str
+    entry: str
+    models: tuple[str, ...]  # whose statistics are read (entry first)
+    make_client: Callable[[str, int], AsyncClient]  # (grpc_url, client index)
+    levels: tuple[int, ...]
+    quality: Callable[[Mapping[str, int]], Mapping[str, Any]] | None = None
 
 
-def _document_workload() -> Workload:
-    from kyc.bench_document import document_workload
+@dataclass
+class Bench:
+    """The state of one run: the server, its admin key, the results so far."""
 
-    return document_workload()
+    options: BenchOptions
+    grpc_url: str
+    admin_key: str | None
+    repository: Path
+    scenarios: dict[str, dict[str, Any]] = field(default_factory=dict)
+    shipped: dict[str, dict[str, Any]] = field(default_factory=dict)  # model configs
+
+    async def sweep(self, scenario: Served, background: Callable[[], Sequence[AsyncClient]]
+                    | None = None, name: str | None = None, extra: Mapping[str, Any] = {}
+                    ) -> dict[str, Any]:
+        import tritonclient.grpc.aio as aioclient
+
+        steps = pipeline_steps(self.repository, scenario.entry)
+        models = list(dict.fromkeys([scenario.entry, *steps, *scenario.models]))
+        levels = []
+        stats_client = aioclient.InferenceServerClient(self.grpc_url)
+        try:
+            for concurrency in scenario.levels:
+                log.info("%s: concurrency %d", name or scenario.name, concurrency)
+                level = await measure_level(
+                    lambda k: scenario.make_client(self.grpc_url, k), concurrency,
+                    self.options.window, stats_reader(stats_client, models),
+                    background() if background else ())
+                figs = level_figures(level.measurement)
+                if scenario.quality is not None:
+                    figs |= scenario.quality(level.measurement.tallies)
+                figs["server_us"] = server_times(level.stats_before, level.stats_after,
+                                                 scenario.entry, steps)
+                figs["model_stats"] = model_stats(level.stats_before, level.stats_after)
+                if level.background is not None:
+                    figs["background"] = level_figures(level.background)
+                levels.append(figs)
+        finally:
+            await stats_client.close()
+        result = {"description": scenario.description, "kind": "served", "unit": scenario.unit,
+                  "models": models, "steps": steps, **extra, "levels": levels}
+        self.scenarios[name or scenario.name] = result
+        return result
+
+    def in_process(self, name: str, description: str, unit: str,
+                   factory: Callable[[Path], InProcessRunner], payloads: Sequence[Any],
+                   levels: Sequence[int], kind: str = "in_process",
+                   quality: Callable[[Mapping[str, int]], Mapping[str, Any]] | None = None
+                   ) -> dict[str, Any]:
+        try:
+            runner = factory(self.options.model_repository)
+        except PeerUnavailableError as exc:
+            log.warning("%s skipped: %s", name, exc)
+            self.scenarios[name] = {"description": description, "kind": kind, "unit": unit,
+                                    "skipped": str(exc)}
+            return self.scenarios[name]
+        rows = []
+        for concurrency in levels:
+            log.info("%s: concurrency %d", name, concurrency)
+            measurement = measure_batches(runner, payloads, concurrency, self.options.window)
+            figs = level_figures(measurement)
+            if quality is not None:
+                figs |= quality(measurement.tallies)
+            figs["batch_size"] = max(1, min(concurrency, runner.max_batch))
+            figs["server_us"], figs["model_stats"] = None, {}
+            rows.append(figs)
+        self.scenarios[name] = {"description": description, "kind": kind, "unit": unit,
+                                **runner.settings(), "levels": rows}
+        return self.scenarios[name]
+
+    # -- model control ----------------------------------------------------------
+    def load_variant(self, model: str, batching: bool) -> None:
+        """Reload ``model`` with its shipped config, or with that config less its
+        ``dynamic_batching`` (an override config through the model-control API)."""
+        import tritonclient.grpc as grpcclient
+
+        # A gRPC restricted protocol (--grpc-restricted-protocol) takes its key here.
+        headers = {"triton-grpc-protocol-admin-key": self.admin_key} if self.admin_key \
+            else None
+        client = grpcclient.InferenceServerClient(self.grpc_url)
+        try:
+            # The config as first served; loaded back as an override too (a plain
+            # load of unchanged files keeps the override it was last given).
+            config = self.shipped.setdefault(
+                model, client.get_model_config(model, as_json=True)["config"])
+            config = dict(config)
+            if not batching:
+                config.pop("dynamic_batching", None)
+            client.load_model(model, config=json.dumps(config), headers=headers,
+                              client_timeout=CLIENT_TIMEOUT_S)
+            loaded = client.get_model_config(model, as_json=True)["config"]
+        except Exception as exc:  # InferenceServerException: say what it means here
+            raise BenchError(f"could not load {model} with dynamic batching "
+                             f"{'on' if batching else 'off'} through the model-control API "
+                             f"(the server must run in explicit mode, with the "
+                             f"model-repository API open to this admin key): {exc}") from None
+        finally:
+            client.close()
+        if ("dynamic_batching" in loaded) != batching:
+            raise BenchError(f"{model} did not load with dynamic batching "
+                             f"{'on' if batching else 'off'}")
 
 
-def _kyc_workload() -> Workload:
-    from kyc.bench_kyc import kyc_workload
+# -- server memory ---------------------------------------------------------------------
+def _children(pid: int) -> list[int]:
+    kids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                stat = (entry / "stat").read_text()
+                if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                    kids.append(int(entry.name))
+    return kids
 
-    return kyc_workload()
+
+def _kib(path: Path, key: str) -> int:
+    with contextlib.suppress(OSError):
+        for line in path.read_text().splitlines():
+            if line.startswith(f"{key}:"):
+                return int(line.split()[1])
+    return 0
 
 
-WORKLOADS: dict[str, Callable[[], Workload]] = {"face": _face_workload,
-                                                "document": _document_workload,
-                                                "kyc": _kyc_workload}
+def process_memory(pid: int) -> dict[str, Any]:
+    """Resident (RSS) and proportional (PSS: shared pages divided among their users)
+    memory of ``pid`` and all its descendants (Triton's Python stubs), in MiB."""
+    tree, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        tree.append(current)
+        todo += _children(current)
+    rows = [{"pid": p, "name": (Path(f"/proc/{p}/comm").read_text().strip()
+                                if Path(f"/proc/{p}/comm").exists() else "?"),
+             "rss": _kib(Path(f"/proc/{p}/status"), "VmRSS"),
+             "pss": _kib(Path(f"/proc/{p}/smaps_rollup"), "Pss")} for p in tree]
+    server = next(r for r in rows if r["pid"] == pid)
+    stubs = [r for r in rows if r["pid"] != pid]
+    return {
+        "server_rss_mib": round(server["rss"] / 1024, 1),
+        "stubs_rss_mib": round(sum(r["rss"] for r in stubs) / 1024, 1),
+        "total_rss_mib": round(sum(r["rss"] for r in rows) / 1024, 1),
+        "total_pss_mib": round(sum(r["pss"] for r in rows) / 1024, 1),
+        "stub_processes": len(stubs),
+    }
 
 
-# -- scenarios -----------------------------------------------------------------------
+# -- running it ------------------------------------------------------------------------
 @contextlib.contextmanager
 def running_server(repository: Path, log_file: Path) -> Iterator[TritonServer]:
-    """A real server on free local ports over ``repository``; stopped on exit."""
+    """A real server on free local ports over ``repository``, in explicit model-control
+    mode (every model loaded at start) so that variants can be loaded; stopped on exit."""
     options = ServerOptions(repository, http_port=free_port(), grpc_port=free_port(),
-                            metrics_port=free_port(), address="127.0.0.1", poll_secs=POLL_SECS)
+                            metrics_port=free_port(), address="127.0.0.1",
+                            model_control="explicit")
     server = TritonServer(options, log_file=log_file)
     try:
         server.start()
@@ -574,120 +727,65 @@ def running_server(repository: Path, log_file: Path) -> Iterator[TritonServer]:
         server.stop(grace=STOP_GRACE_S)
 
 
-def measure_served(workload: Workload, grpc_url: str, payloads: Sequence[Any],
-                   options: BenchOptions, alone: bool = False) -> dict[str, Any]:
-    """Warm up, then the measured window with statistics-API deltas; with ``alone``,
-    then a window of one request at a time (the latency a lone user sees)."""
-    import tritonclient.grpc as grpcclient
+async def run_groups(bench: Bench) -> None:
+    from kyc import bench_scenarios
 
-    def make_client() -> ServedClient:
-        return workload.served(grpc_url)
-
-    drive_clients(make_client, payloads, options.warmup_requests, options.concurrency)
-    stats = grpcclient.InferenceServerClient(grpc_url)
-    try:
-        before = settled_counts(stats, workload.models)
-        measurement = drive_clients(make_client, payloads, options.requests, options.concurrency)
-        after = settled_counts(stats, workload.models)
-    finally:
-        stats.close()
-    result = {**figures(measurement, workload.unit, workload.quality),
-              "model_counts": count_deltas(before, after)}
-    if alone:
-        single = drive_clients(make_client, payloads, alone_requests(options), 1)
-        result["alone"] = {"requests": single.requests, "errors": single.errors,
-                           "latency_ms": latency_ms(single.latencies_s)}
-    return result
+    for group in GROUPS:
+        if bench.options.runs(group):
+            await getattr(bench_scenarios, f"run_{group}")(bench)
 
 
-def alone_requests(options: BenchOptions) -> int:
-    return max(2, options.requests // 4)
-
-
-def measure_in_process(runner: InProcessRunner, workload: Workload, payloads: Sequence[Any],
-                       options: BenchOptions) -> dict[str, Any]:
-    drive_batches(runner, payloads, options.warmup_requests, options.concurrency)
-    measurement = drive_batches(runner, payloads, options.requests, options.concurrency)
-    return {**figures(measurement, workload.unit, workload.quality),
-            "batch_size": min(options.concurrency, runner.max_batch), **runner.settings()}
-
-
-def describe(workload: Workload, variant: str) -> str:
-    return f"{workload.description}; {VARIANTS[variant]}"
-
-
-def run_served_variant(variant: str, workloads: Sequence[Workload],
-                       payloads: Mapping[str, Sequence[Any]], options: BenchOptions,
-                       workdir: Path) -> dict[str, dict[str, Any]]:
-    """One server over a fresh repository copy; every workload measured on it."""
-    models = sorted({m for w in workloads for m in w.models})
-    repository = copy_repository(options.model_repository, workdir / variant / "models", models)
-    if variant == VARIANT_OFF:
-        disable_dynamic_batching(repository, models)
-    results = {}
-    with running_server(repository, workdir / f"{variant}.log") as server:
-        for workload in workloads:
-            scaled = options.scaled(workload.cost)
-            log.info("%s_%s: %d requests, concurrency %d", workload.name, variant,
-                     scaled.requests, scaled.concurrency)
-            figures_ = measure_served(workload, server.options.grpc_url,
-                                      payloads[workload.name], scaled,
-                                      alone=variant == VARIANT_ON)
-            results[f"{workload.name}_{variant}"] = {"description": describe(workload, variant),
-                                                     **figures_}
-    return results
-
-
-def run_in_process(workloads: Sequence[Workload], payloads: Mapping[str, Sequence[Any]],
-                   options: BenchOptions) -> dict[str, dict[str, Any]]:
-    """Each workload in process, then its peers (skipped where not installed)."""
-    results: dict[str, dict[str, Any]] = {}
-    for workload in workloads:
-        scaled = options.scaled(workload.cost)
-        runs = [] if workload.in_process is None else [
-            (VARIANT_IN_PROCESS, describe(workload, VARIANT_IN_PROCESS), workload.in_process)]
-        runs += [(PEER_PREFIX + name, description, factory)
-                 for name, (description, factory) in workload.peers.items()]
-        for variant, description, factory in runs:
-            name = f"{workload.name}_{variant}"
-            log.info("%s: %d requests, concurrency %d", name, scaled.requests,
-                     scaled.concurrency)
-            try:
-                runner = factory(options.model_repository)
-            except PeerUnavailableError as exc:
-                log.warning("%s skipped: %s", name, exc)
-                results[name] = {"description": description, "skipped": str(exc)}
-                continue
-            results[name] = {"description": description,
-                             **measure_in_process(runner, workload, payloads[workload.name],
-                                                  scaled)}
-    return results
-
-
-def check_weights(repository: Path, models: Iterable[str]) -> None:
-    """Every model but an ensemble has its files (an ensemble has none)."""
-    missing = [m for m in sorted(models)
-               if load_config(repository / m / "config.pbtxt").platform != "ensemble"
-               and not list((repository / m).glob("[0-9]*/model.*"))]
-    if missing:
-        raise BenchError(f"no model files for {', '.join(missing)} in {repository}: "
-                         "run `make setup`")
+def run_bench(options: BenchOptions) -> dict[str, Any]:
+    """Every selected scenario group in turn on one server; the report."""
+    started_at, host = datetime.now(timezone.utc), machine()
+    check_weights(options.model_repository, [p.parent.name for p in
+                                             options.model_repository.glob("*/config.pbtxt")])
+    memory: dict[str, Any] = {}
+    if options.url is not None:
+        bench = Bench(options, options.url, options.admin_key, options.model_repository)
+        asyncio.run(run_groups(bench))
+        memory = {"skipped": "the server was not started by the bench (--url)"}
+    else:
+        with tempfile.TemporaryDirectory(prefix="kyc-bench-") as tmp:
+            repository = copy_repository(options.model_repository, Path(tmp) / "models")
+            with running_server(repository, Path(tmp) / "tritonserver.log") as server:
+                bench = Bench(options, server.options.grpc_url, server.admin_key, repository)
+                asyncio.run(run_groups(bench))
+                assert server.process is not None
+                memory = process_memory(server.process.pid)
+    return summarize(bench.scenarios, options, started_at, host, memory)
 
 
 # -- the report ----------------------------------------------------------------------
 COMPARED = (
-    "served: real Triton server (Python-based onnxruntime backend on CPU), concurrent gRPC "
-    "clients, shipped configs vs the same without dynamic_batching, and the entry model "
-    "alone (one request at a time); in process: the same kyc code and ONNX files without "
-    "Triton, onnxruntime with the served models' thread settings, batches of "
-    "min(concurrency, max_batch_size); peers: other software in process, one request at a "
-    "time, with its own defaults"
+    "served: a real Triton server (Python-based onnxruntime backend on CPU) in explicit "
+    "model-control mode, closed loops of asyncio gRPC clients per concurrency level, "
+    "answers counted over a fixed window after a warm-up; in process: the same kyc code "
+    "and ONNX files without Triton, onnxruntime with the served models' thread settings, "
+    "batches of min(concurrency, max_batch_size); batching off: the model reloaded "
+    "through the model-control API with its config less dynamic_batching; peers: other "
+    "software in process, one request at a time, with its own defaults"
 )
 QUALITY_KEYS = ("mrz_exact_rate", "fields_exact_rate", "field_accuracy", "valid_rate")
+GOALS = {
+    # name: (target, "min" (value >= target) or "max" (value <= target), what)
+    "served_vs_inprocess_throughput": (0.8, "min", "best kyc_ensemble throughput / best "
+                                                   "kyc_in_process throughput"),
+    "dynamic_batching_speedup": (1.5, "min", "face_embedding throughput with dynamic "
+                                             "batching / without, at concurrency 16"),
+    "kyc_ensemble_p95_ms_at_1": (1000.0, "max", "kyc_ensemble p95 latency, one client"),
+    "liveness_p95_ms_at_8": (150.0, "max", "liveness per-frame p95 latency, 8 sessions"),
+    "document_latency_vs_peer": (1.2, "max", "document_ocr p50 latency / the peer's, one "
+                                             "document at a time"),
+    "document_mrz_exact_minus_peer": (0.0, "min", "our MRZ exact-match rate minus the peer's"),
+    "server_memory_rss_mib": (2048.0, "max", "resident memory of tritonserver and its stubs "
+                                             "after the run, MiB"),
+}
 
 
-def ratio(numerator: float, denominator: float) -> float | None:
-    if denominator <= 0 or not math.isfinite(numerator) or not math.isfinite(denominator):
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or denominator is None or denominator <= 0 \
+            or not math.isfinite(numerator) or not math.isfinite(denominator):
         return None
     return round(numerator / denominator, 3)
 
@@ -698,59 +796,99 @@ def machine() -> dict[str, Any]:
             "platform": platform.platform(), "load_average_1m": round(os.getloadavg()[0], 2)}
 
 
-def rate_of(figs: Mapping[str, Any]) -> float | None:
-    """Requests per second of a measured scenario; None for a skipped one."""
-    unit = figs.get("unit")
-    return None if unit is None else float(figs[f"{unit}_per_s"])
+def _levels(scenarios: Mapping[str, Mapping[str, Any]], name: str) -> list[Mapping[str, Any]]:
+    return list(scenarios.get(name, {}).get("levels", []))
 
 
-def side_by_side(scenarios: Mapping[str, Mapping[str, Any]], workload: str
-                 ) -> dict[str, dict[str, Any]]:
-    """The headline figures of a workload's scenarios, peers included."""
-    table = {}
-    for name, figs in scenarios.items():
-        if not name.startswith(f"{workload}_"):
+def best_rate(scenarios: Mapping[str, Mapping[str, Any]], name: str) -> float | None:
+    rates = [row["per_s"] for row in _levels(scenarios, name)]
+    return max(rates) if rates else None
+
+
+def at_level(scenarios: Mapping[str, Mapping[str, Any]], name: str, concurrency: int
+             ) -> Mapping[str, Any] | None:
+    return next((row for row in _levels(scenarios, name) if row["concurrency"] == concurrency),
+                None)
+
+
+def _latency(row: Mapping[str, Any] | None, key: str) -> float | None:
+    return None if row is None else row["latency_ms"][key]
+
+
+def headline(scenarios: Mapping[str, Mapping[str, Any]], memory: Mapping[str, Any]
+             ) -> dict[str, float | None]:
+    """Each goal's measured value (None where its scenarios did not run)."""
+    on = at_level(scenarios, "face_embedding_batching_on", BATCHING_SPEEDUP_LEVEL)
+    off = at_level(scenarios, "face_embedding_batching_off", BATCHING_SPEEDUP_LEVEL)
+    ours = at_level(scenarios, "document_ocr", 1)
+    peer = at_level(scenarios, "document_peer_rapidocr", 1)
+    exact = None
+    if ours is not None and peer is not None and "mrz_exact_rate" in ours \
+            and "mrz_exact_rate" in peer:
+        exact = round(ours["mrz_exact_rate"] - peer["mrz_exact_rate"], 3)
+    return {
+        "served_vs_inprocess_throughput": ratio(best_rate(scenarios, "kyc_ensemble"),
+                                                best_rate(scenarios, "kyc_in_process")),
+        "dynamic_batching_speedup": ratio(on and on["per_s"], off and off["per_s"]),
+        "kyc_ensemble_p95_ms_at_1": _latency(at_level(scenarios, "kyc_ensemble", 1), "p95"),
+        "liveness_p95_ms_at_8": _latency(at_level(scenarios, "liveness_sequence",
+                                                  LIVENESS_GOAL_SESSIONS), "p95"),
+        "document_latency_vs_peer": ratio(_latency(ours, "p50"), _latency(peer, "p50")),
+        "document_mrz_exact_minus_peer": exact,
+        "server_memory_rss_mib": memory.get("total_rss_mib"),
+    }
+
+
+def goals(values: Mapping[str, float | None]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for name, (target, sense, what) in GOALS.items():
+        value = values.get(name)
+        met = None if value is None else (value >= target if sense == "min" else value <= target)
+        out[name] = {"value": value, "target": target,
+                     "sense": ">=" if sense == "min" else "<=", "met": met, "what": what}
+    return out
+
+
+def document_reading(scenarios: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Ours and the peer's document reading at concurrency 1, side by side."""
+    table: dict[str, dict[str, Any]] = {}
+    for name in ("document_ocr", "document_peer_rapidocr"):
+        if name not in scenarios:
             continue
-        if "skipped" in figs:
-            table[name] = {"skipped": figs["skipped"]}
+        if "skipped" in scenarios[name]:
+            table[name] = {"skipped": scenarios[name]["skipped"]}
             continue
-        row = {key: figs[key] for key in QUALITY_KEYS if key in figs}
-        row["per_s"] = rate_of(figs)
-        row["p50_ms"] = figs["latency_ms"]["p50"]
-        row["concurrency"] = figs["concurrency"]
-        if "alone" in figs:
-            row["alone_p50_ms"] = figs["alone"]["latency_ms"]["p50"]
-        elif figs.get("batch_size") == 1:  # one request at a time already
-            row["alone_p50_ms"] = row["p50_ms"]
-        table[name] = row
+        row = at_level(scenarios, name, 1)
+        if row is not None:
+            table[name] = {**{k: row[k] for k in QUALITY_KEYS if k in row},
+                           "per_s": row["per_s"], "p50_ms": row["latency_ms"]["p50"],
+                           "p95_ms": row["latency_ms"]["p95"], "documents": row["requests"]}
     return table
 
 
 def summarize(scenarios: Mapping[str, Mapping[str, Any]], options: BenchOptions,
               started_at: datetime, host: Mapping[str, Any],
-              workload: str = PRIMARY_WORKLOAD) -> dict[str, Any]:
-    """The JSON report; the top-level ratios are those of ``workload`` (null when it
-    was not run); ``document_reading`` puts ours and the peer's side by side."""
-
-    def ratio_of(numerator: str, denominator: str) -> float | None:
-        top = scenarios.get(f"{workload}_{numerator}", {})
-        bottom = scenarios.get(f"{workload}_{denominator}", {})
-        if rate_of(top) is None or rate_of(bottom) is None:
-            return None
-        return ratio(rate_of(top), rate_of(bottom))  # type: ignore[arg-type]
-
+              memory: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON report: the contract's two ratios at the top, every goal with its
+    measured value, the scenarios level by level, the server's memory."""
+    memory = dict(memory or {})
+    values = headline(scenarios, memory)
     report = {
-        "served_vs_inprocess_throughput": ratio_of(VARIANT_ON, VARIANT_IN_PROCESS),
-        "dynamic_batching_speedup": ratio_of(VARIANT_ON, VARIANT_OFF),
+        "served_vs_inprocess_throughput": values["served_vs_inprocess_throughput"],
+        "dynamic_batching_speedup": values["dynamic_batching_speedup"],
+        "goals": goals(values),
         "compared": COMPARED,
         "scenarios": {name: dict(figs) for name, figs in scenarios.items()},
-        "settings": {"requests": options.requests, "concurrency": options.concurrency,
-                     "warmup_requests": options.warmup_requests},
+        "server_memory": memory,
+        "settings": {"window": dataclasses.asdict(options.window),
+                     "groups": list(options.groups or GROUPS),
+                     "levels": {g: list(options.levels_of(g)) for g in GROUPS},
+                     "url": options.url},
         "machine": dict(host),
         "quick": options.quick,
         "started_at": started_at.isoformat(timespec="seconds"),
     }
-    documents = side_by_side(scenarios, "document")
+    documents = document_reading(scenarios)
     if documents:
         report["document_reading"] = documents
     return report
@@ -760,66 +898,36 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def _share(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
-
-
 def format_table(report: Mapping[str, Any]) -> str:
     """A short human-readable table of the report."""
-    lines = [f"{'scenario':<32} {'per s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
-             f"{'errors':>6}"]
+    lines = [f"{'scenario':<36} {'conc':>4} {'per s':>8} {'p50 ms':>8} {'p95 ms':>8} "
+             f"{'p99 ms':>8} {'errors':>6}"]
     for name, figs in report["scenarios"].items():
         if "skipped" in figs:
-            lines.append(f"{name:<32} skipped: {figs['skipped']}")
+            lines.append(f"{name:<36} skipped: {figs['skipped']}")
             continue
-        lat = [_ms(figs["latency_ms"][p]) for p in ("p50", "p95", "p99")]
-        lines.append(f"{name:<32} {rate_of(figs):>8.2f} {lat[0]:>8} {lat[1]:>8} "
-                     f"{lat[2]:>8} {figs['errors']:>6}  ({figs['unit']})")
-        if "alone" in figs:
-            lines.append(f"  alone, one request at a time: p50 "
-                         f"{_ms(figs['alone']['latency_ms']['p50'])} ms")
-        for model, counts in figs.get("model_counts", {}).items():
-            lines.append(f"  {model:<30} {counts['inference_count']} inferences in "
-                         f"{counts['execution_count']} executions")
-    if report.get("document_reading"):
-        lines.append(f"{'document reading':<32} {'MRZ exact':>9} {'fields':>7} "
-                     f"{'field acc':>9} {'docs/s':>7} {'p50 ms':>8} {'alone p50':>9}")
-        for name, row in report["document_reading"].items():
-            if "skipped" in row:
-                continue
-            lines.append(f"{name:<32} {_share(row.get('mrz_exact_rate')):>9} "
-                         f"{_share(row.get('fields_exact_rate')):>7} "
-                         f"{_share(row.get('field_accuracy')):>9} {row['per_s']:>7.2f} "
-                         f"{_ms(row['p50_ms']):>8} {_ms(row.get('alone_p50_ms')):>9}")
-    lines += [
-        f"served (batching on) / in process: {report['served_vs_inprocess_throughput']}",
-        f"dynamic batching on / off:         {report['dynamic_batching_speedup']}",
-        f"compared: {report['compared']}",
-    ]
+        for row in figs["levels"]:
+            lat = [_ms(row["latency_ms"][p]) for p in ("p50", "p95", "p99")]
+            lines.append(f"{name:<36} {row['concurrency']:>4} {row['per_s']:>8.2f} "
+                         f"{lat[0]:>8} {lat[1]:>8} {lat[2]:>8} {row['errors']:>6}  "
+                         f"({figs['unit']})")
+    memory = report.get("server_memory", {})
+    if "total_rss_mib" in memory:
+        lines.append(f"server memory: {memory['total_rss_mib']} MiB resident "
+                     f"({memory['total_pss_mib']} MiB proportional), "
+                     f"{memory['stub_processes']} stub processes")
+    for name, goal in report["goals"].items():
+        verdict = {True: "met", False: "NOT met", None: "not measured"}[goal["met"]]
+        lines.append(f"{name:<36} {goal['value']!s:>10} (goal {goal['sense']} "
+                     f"{goal['target']}): {verdict}")
+    lines.append(f"compared: {report['compared']}")
     return "\n".join(lines)
+
+
+def total_errors(report: Mapping[str, Any]) -> int:
+    return sum(row["errors"] + row.get("background", {}).get("errors", 0)
+               for figs in report["scenarios"].values() for row in figs.get("levels", []))
 
 
 def write_json(report: Mapping[str, Any], path: Path) -> None:
     path.write_text(json.dumps(report, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-
-
-def selected_workloads(names: Sequence[str]) -> list[Workload]:
-    unknown = sorted(set(names) - set(WORKLOADS))
-    if unknown:
-        raise BenchError(f"unknown workload(s) {', '.join(unknown)}; "
-                         f"known: {', '.join(WORKLOADS)}")
-    return [make() for name, make in WORKLOADS.items() if not names or name in names]
-
-
-def run_bench(options: BenchOptions) -> dict[str, Any]:
-    """Every workload in every scenario, in turn; the report (see :func:`summarize`)."""
-    started_at, host = datetime.now(timezone.utc), machine()
-    workloads = selected_workloads(options.workloads)
-    check_weights(options.model_repository, {m for w in workloads for m in w.models})
-    payloads = {w.name: w.payloads(options.scaled(w.cost).requests) for w in workloads}
-    scenarios: dict[str, dict[str, Any]] = {}
-    with tempfile.TemporaryDirectory(prefix="kyc-bench-") as tmp:
-        for variant in (VARIANT_ON, VARIANT_OFF):
-            scenarios |= run_served_variant(variant, workloads, payloads, options, Path(tmp))
-    scenarios |= run_in_process(workloads, payloads, options)
-    return summarize(scenarios, options, started_at, host)

@@ -23,22 +23,17 @@ from typing import Any
 import numpy as np
 
 from kyc.bench import (
-    GrpcModels,
+    CLIENT_TIMEOUT_S,
     Outcome,
     PeerUnavailableError,
-    Workload,
     max_batch_size,
     onnx_model,
 )
-from kyc.document.evaluation import DocumentCase, rates, render_cases, score
-from kyc.image import ImageError
+from kyc.document.evaluation import DocumentCase, render_cases, score
 from kyc.repo.config import model_parameters
 
 DOCUMENT_MODELS = ("document_ocr", "ocr_preprocess", "ocr_det", "ocr_postprocess", "ocr_rec")
 PEER_PACKAGE = "rapidocr-onnxruntime"
-# A document is run instead of about this many face requests (it takes about 0.7 s
-# in process on 2 CPU cores, a face about 0.05 s; fewer documents keep the run short).
-DOCUMENT_COST = 8.0
 
 
 def document_cases(count: int) -> list[DocumentCase]:
@@ -60,15 +55,31 @@ def _rgb(path: Path) -> Any:
         return image.convert("RGB")
 
 
-class DocumentServedClient(GrpcModels):
-    """document_ocr on one document; its DOCUMENT scored against the printed MRZ."""
+class DocumentClient:
+    """document_ocr, one document per request, cycling through ``cases``; each
+    DOCUMENT scored against the printed MRZ (asyncio gRPC)."""
 
-    def __call__(self, case: DocumentCase) -> Mapping[str, int]:
+    def __init__(self, grpc_url: str, cases: Sequence[DocumentCase], offset: int = 0) -> None:
+        import tritonclient.grpc as grpcclient
+        import tritonclient.grpc.aio as aioclient
+
+        self.grpc, self.cases, self.index = grpcclient, cases, offset
+        self.client = aioclient.InferenceServerClient(grpc_url)
+
+    async def next(self) -> Mapping[str, int]:
         import json
 
-        image = np.array([[case.image]], dtype=np.object_)
-        result = self._infer("document_ocr", "IMAGE", image, "BYTES", ("DOCUMENT",))
+        case = self.cases[self.index % len(self.cases)]
+        self.index += 1
+        tensor = self.grpc.InferInput("IMAGE", [1, 1], "BYTES")
+        tensor.set_data_from_numpy(np.array([[case.image]], dtype=np.object_))
+        result = await self.client.infer(
+            "document_ocr", [tensor], client_timeout=CLIENT_TIMEOUT_S,
+            outputs=[self.grpc.InferRequestedOutput("DOCUMENT")])
         return score(json.loads(result.as_numpy("DOCUMENT")[0, 0]), case)
+
+    async def close(self) -> None:
+        await self.client.close()
 
 
 class DocumentInProcess:
@@ -94,26 +105,33 @@ class DocumentInProcess:
         (probs,) = self.rec.run(["PROBS"], {"IMAGES": batch})
         return probs
 
-    def __call__(self, cases: Sequence[DocumentCase]) -> list[Outcome]:
+    def read(self, images: Sequence[bytes]) -> list[list[Any] | Exception]:
+        """document_ocr's steps on the pages: ocr_preprocess per page (a bad page
+        answers alone), one ocr_det run over the canvases, ocr_postprocess's reader."""
         from kyc.document.model import prepare_page
-        from kyc.document.ocr import document_report
 
-        outcomes: list[Outcome | None] = [None] * len(cases)
+        read: list[list[Any] | Exception] = [[] for _ in images]
         pages, owners = [], []
-        for i, case in enumerate(cases):
+        for i, image in enumerate(images):
             try:
-                pages.append(prepare_page(case.image, self.page_settings))
+                pages.append(prepare_page(image, self.page_settings))
                 owners.append(i)
-            except ImageError as exc:
-                outcomes[i] = exc
+            except Exception as exc:  # that page only, as ocr_preprocess answers it
+                read[i] = exc
         if pages:
             canvases = np.stack([canvas for canvas, _ in pages])
             (probs,) = self.det.run(["PROB_MAP"], {"IMAGES": canvases})
             lines = self.reader.read([(canvas, prob, scale) for (canvas, scale), prob
                                       in zip(pages, probs, strict=True)])
             for i, page_lines in zip(owners, lines, strict=True):
-                outcomes[i] = score(document_report(page_lines), cases[i])
-        return outcomes  # type: ignore[return-value]
+                read[i] = page_lines
+        return read
+
+    def __call__(self, cases: Sequence[DocumentCase]) -> list[Outcome]:
+        from kyc.document.ocr import document_report
+
+        return [lines if isinstance(lines, Exception) else score(document_report(lines), case)
+                for lines, case in zip(self.read([c.image for c in cases]), cases, strict=True)]
 
     def settings(self) -> dict[str, Any]:
         return {"onnx_intra_op_threads": {"ocr_det": self.det_settings.intra_op_threads,
@@ -152,22 +170,9 @@ class RapidOcrPeer:
                 "onnx_intra_op_threads": "its default (-1: onnxruntime picks, all cores)"}
 
 
-def document_workload() -> Workload:
-    return Workload(
-        name="document",
-        description="one document = document_ocr (decode, text detection, recognition, MRZ) "
-                    "on a rendered, photographed ID card or passport page, scored against "
-                    "its printed MRZ",
-        models=DOCUMENT_MODELS,
-        payloads=document_cases,
-        served=DocumentServedClient,
-        in_process=DocumentInProcess,
-        unit="documents",
-        cost=DOCUMENT_COST,
-        quality=rates,
-        peers={"rapidocr": (
-            f"{PEER_PACKAGE} in process (its own PP-OCRv4 det, cls and Chinese+Latin rec, "
-            "default settings), one document per call; its lines read by kyc's parse_mrz",
-            RapidOcrPeer)},
-    )
-
+DOCUMENT_DESCRIPTION = ("one document = document_ocr (decode, text detection, recognition, "
+                        "MRZ) on a rendered, photographed ID card or passport page, scored "
+                        "against its printed MRZ")
+PEER_DESCRIPTION = (f"{PEER_PACKAGE} in process (its own PP-OCRv4 det, cls and Chinese+Latin "
+                    "rec, default settings), one document per call, on the same documents; "
+                    "its lines read by kyc's parse_mrz")

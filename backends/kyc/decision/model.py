@@ -7,6 +7,9 @@ against MRZ); then ONE BLS call to ``antifraud`` with the feature vectors of the
 whole batch; then the policy. A request whose inputs do not fit answers alone; a
 failing antifraud model answers the batch with INTERNAL. Logs carry counts and
 timings, never names, numbers, embeddings or tokens.
+
+The logic is :class:`DecisionLogic`, free of Triton (``kyc bench`` runs it in
+process with an onnxruntime antifraud); :class:`DecisionModel` is its glue.
 """
 
 from __future__ import annotations
@@ -14,10 +17,11 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -39,6 +43,10 @@ from kyc.triton_glue import (
 )
 
 log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+# The antifraud model: [N, len(FEATURES)] float32 feature vectors -> N fraud scores.
+FraudScorer = Callable[[np.ndarray], np.ndarray]
 
 INPUTS = ("DOC_FACE_FOUND", "DOC_EMBEDDING", "DOC_NUM_FACES", "DOC_QUALITY",
           "SELFIE_FACE_FOUND", "SELFIE_EMBEDDING", "SELFIE_NUM_FACES", "SELFIE_QUALITY",
@@ -90,59 +98,71 @@ def _text(array: np.ndarray, row: int) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
-class DecisionModel:
-    def initialize(self, args: dict[str, str]) -> None:
-        config = parse_model_config(args)
-        self.settings = from_parameters(DecisionSettings, config_parameters(config))
-        repository = Path(args["model_repository"]).parent
-        self.match_threshold = float(
-            model_parameters(repository, self.settings.embedding_model)["match_threshold"])
-        check_antifraud_features(repository, self.settings.antifraud_model)
-        self.sealer = TokenSealer(load_key())
+class DecisionLogic:
+    """``kyc_decision`` without Triton, the one source of truth of what it answers.
 
-    def execute(self, requests: list) -> list:
-        started = time.perf_counter()
-        today = date.today()
+    A batch of requests' input arrays -> per request the face match, the liveness
+    token and the document checks -> ONE ``score`` call with the feature vectors of
+    the whole batch -> the policy -> per request its output arrays, or the
+    exception it is answered with (:class:`RequestError`: INVALID_ARG, else
+    INTERNAL). ``score`` is the antifraud model, ``[N, len(FEATURES)]`` float32 ->
+    N fraud scores: one BLS call when served, an onnxruntime session in
+    ``kyc bench``; what it raises fails the whole batch.
+    """
+
+    def __init__(self, settings: DecisionSettings, match_threshold: float,
+                 sealer: TokenSealer) -> None:
+        self.settings = settings
+        self.match_threshold = match_threshold
+        self.sealer = sealer
+
+    @classmethod
+    def from_repository(cls, repository: Path, parameters: Mapping[str, str],
+                        key: Callable[[], bytes] | None = None) -> DecisionLogic:
+        """kyc_decision's ``parameters``, the face threshold of its embedding model, a
+        check of the antifraud model's features, and the token key ``key()`` (default:
+        :func:`load_key`, the served models' key)."""
+        settings = from_parameters(DecisionSettings, parameters)
+        match_threshold = float(
+            model_parameters(repository, settings.embedding_model)["match_threshold"])
+        check_antifraud_features(repository, settings.antifraud_model)
+        return cls(settings, match_threshold, TokenSealer((key or load_key)()))
+
+    def run(self, requests: Sequence[R], arrays_of: Callable[[R], Mapping[str, np.ndarray]],
+            score: FraudScorer, today: date) -> list[dict[str, np.ndarray] | Exception]:
+        """One answer per request, in order; ``arrays_of(request)`` gives its inputs."""
         prepared: list[Any] = []
         for request in requests:
             try:
-                prepared.append(self._prepare(input_arrays(request, INPUTS), today))
+                prepared.append(self._prepare(arrays_of(request), today))
             except (RequestError, ValueError, KeyError) as exc:
                 prepared.append(RequestError(f"kyc_decision: {exc}"))
-            except Exception as exc:  # this request only; never raise out of execute
+            except Exception as exc:  # this request only
                 log.error("kyc_decision: a request failed: %s", type(exc).__name__)
                 prepared.append(RuntimeError(f"kyc_decision failed: {type(exc).__name__}"))
         rows = [p for p in prepared if not isinstance(p, Exception)]
-        try:
-            scores = self._fraud_scores([p["features"] for p in rows])
-        except BlsError as exc:
-            log.error("kyc_decision: %d requests failed: %s", len(requests), exc)
-            return [error_response(str(exc), invalid_argument=False) for _ in requests]
-        responses, k = [], 0
+        scores = self._fraud_scores([p["features"] for p in rows], score)
+        answers: list[dict[str, np.ndarray] | Exception] = []
+        k = 0
         for item in prepared:
             if isinstance(item, Exception):
-                responses.append(error_response(str(item),
-                                                invalid_argument=isinstance(item, RequestError)))
+                answers.append(item)
                 continue
             try:
-                responses.append(self._respond(item, float(scores[k]), today))
+                answers.append(self._outputs(item, float(scores[k]), today))
             except Exception as exc:  # this request only
                 log.error("kyc_decision: reporting a request failed: %s", type(exc).__name__)
-                responses.append(error_response(f"kyc_decision failed: {type(exc).__name__}",
-                                                invalid_argument=False))
+                answers.append(RuntimeError(f"kyc_decision failed: {type(exc).__name__}"))
             k += 1
-        log.info("kyc_decision: %d requests in %.1f ms", len(requests),
-                 (time.perf_counter() - started) * 1e3)
-        return responses
+        return answers
 
-    def _fraud_scores(self, features: list[np.ndarray]) -> np.ndarray:
+    @staticmethod
+    def _fraud_scores(features: list[np.ndarray], score: FraudScorer) -> np.ndarray:
         if not features:
             return np.zeros(0, np.float32)
-        out = bls_infer(self.settings.antifraud_model, {"FEATURES": np.stack(features)},
-                        ["FRAUD_SCORE"])
-        return np.asarray(out["FRAUD_SCORE"], np.float32).reshape(-1)
+        return np.asarray(score(np.stack(features)), np.float32).reshape(-1)
 
-    def _prepare(self, arrays: dict[str, np.ndarray], today: date) -> dict[str, Any]:
+    def _prepare(self, arrays: Mapping[str, np.ndarray], today: date) -> dict[str, Any]:
         missing = [n for n in INPUTS if n not in arrays]
         if missing:
             raise RequestError(f"missing input(s) {', '.join(missing)}")
@@ -189,7 +209,8 @@ class DecisionModel:
         return LivenessEvidence(provided=True, valid=True, live=claims.is_live,
                                 score=claims.score, selfie_similarity=similarity)
 
-    def _respond(self, item: dict[str, Any], fraud: float, today: date) -> Any:
+    def _outputs(self, item: dict[str, Any], fraud: float, today: date
+                 ) -> dict[str, np.ndarray]:
         obs: Observation = item["observation"]
         liveness: LivenessEvidence = item["liveness"]
         findings = Findings(obs.face_match_score, obs.document_face_found, obs.selfie_face_found,
@@ -214,11 +235,48 @@ class DecisionModel:
             "policy": {k: figures[k] for k in ("min_age", "fraud_review_threshold",
                                                "fraud_reject_threshold")},
         }
-        return tensor_response({
+        return {
             "DECISION": np.array([[decision.encode()]], dtype=np.object_),
             "FACE_MATCH_SCORE": np.array([[obs.face_match_score]], dtype=np.float32),
             "LIVENESS_SCORE": np.array([[liveness.score if liveness.valid else -1.0]],
                                        dtype=np.float32),
             "FRAUD_SCORE": np.array([[fraud]], dtype=np.float32),
             "REPORT": np.array([[json.dumps(report).encode()]], dtype=np.object_),
-        })
+        }
+
+
+class DecisionModel:
+    """The Triton glue over :class:`DecisionLogic` (antifraud through one BLS call)."""
+
+    def initialize(self, args: dict[str, str]) -> None:
+        config = parse_model_config(args)
+        repository = Path(args["model_repository"]).parent
+        self.logic = DecisionLogic.from_repository(repository, config_parameters(config))
+
+    def execute(self, requests: list) -> list:
+        started = time.perf_counter()
+        try:
+            answers = self.logic.run(requests, lambda r: input_arrays(r, INPUTS),
+                                     self._fraud_scores, date.today())
+        except BlsError as exc:
+            log.error("kyc_decision: %d requests failed: %s", len(requests), exc)
+            return [error_response(str(exc), invalid_argument=False) for _ in requests]
+        responses = []
+        for answer in answers:
+            if isinstance(answer, Exception):
+                responses.append(error_response(
+                    str(answer), invalid_argument=isinstance(answer, RequestError)))
+                continue
+            try:
+                responses.append(tensor_response(answer))
+            except Exception as exc:  # this request only
+                log.error("kyc_decision: reporting a request failed: %s", type(exc).__name__)
+                responses.append(error_response(f"kyc_decision failed: {type(exc).__name__}",
+                                                invalid_argument=False))
+        log.info("kyc_decision: %d requests in %.1f ms", len(requests),
+                 (time.perf_counter() - started) * 1e3)
+        return responses
+
+    def _fraud_scores(self, features: np.ndarray) -> np.ndarray:
+        model = self.logic.settings.antifraud_model
+        return bls_infer(model, {"FEATURES": features}, ["FRAUD_SCORE"])["FRAUD_SCORE"]

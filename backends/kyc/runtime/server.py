@@ -76,6 +76,10 @@ class ServerOptions:
     metrics_port: int = 8002
     address: str = "0.0.0.0"
     poll_secs: int = 2
+    # "poll": new version folders are picked up (production, `kyc serve`);
+    # "explicit": every model loaded at start, then only through the model-control
+    # API (`kyc bench` loads variants of a model that way).
+    model_control: str = "poll"
     admin_key: str | None = None
     log_verbose: int = 0
     exit_on_error: bool = True
@@ -229,8 +233,9 @@ class TritonServer:
         cmd = [
             str(self.install.server),
             f"--model-repository={opts.model_repository}",
-            "--model-control-mode=poll",
-            f"--repository-poll-secs={opts.poll_secs}",
+            *([f"--model-control-mode={opts.model_control}", "--load-model=*"]
+              if opts.model_control == "explicit" else
+              ["--model-control-mode=poll", f"--repository-poll-secs={opts.poll_secs}"]),
             f"--backend-directory={self.install.backend_dir}",
             f"--http-address={opts.address}",
             f"--http-port={opts.http_port}",

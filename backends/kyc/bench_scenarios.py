@@ -1,0 +1,187 @@
+"""The scenario groups of ``kyc bench`` (see :mod:`kyc.bench`), each on the bench's
+server: ``kyc`` (end to end, served and in process), ``batching`` (face_embedding
+and ocr_rec with dynamic batching on and off), ``liveness`` (sessions, alone and
+under an OCR load) and ``document`` (document_ocr against the OCR peer).
+
+Every input is generated from the real test photos and the document renderer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kyc.bench import (
+    BATCHING_SPEEDUP_LEVEL,
+    LIVENESS_GOAL_SESSIONS,
+    OCR_LOAD_CLIENTS,
+    Bench,
+    Served,
+    TensorClient,
+    face_photos,
+)
+
+log = logging.getLogger(__name__)
+
+DOCUMENT_MODELS = ("document_ocr", "ocr_preprocess", "ocr_det", "ocr_postprocess", "ocr_rec")
+LIVENESS_MODELS = ("liveness_sequence", "face_detector", "face_embedding")
+REC_WIDTH = 320  # ocr_rec's usual crop width: one shape, so that requests can be batched
+
+
+def _payload_count(bench: Bench, quick: int, full: int) -> int:
+    return quick if bench.options.quick else full
+
+
+# -- kyc: end to end ---------------------------------------------------------------------
+class KycClient:
+    """kyc_ensemble through the SDK's asyncio client, cycling through the cases."""
+
+    def __init__(self, grpc_url: str, cases: Sequence[Any], offset: int = 0) -> None:
+        from kyc.client import AsyncKycClient
+
+        self.client, self.cases, self.index = AsyncKycClient(grpc_url), cases, offset
+
+    async def next(self) -> Mapping[str, int]:
+        case = self.cases[self.index % len(self.cases)]
+        self.index += 1
+        from kyc.bench_kyc import tally
+
+        return tally(await self.client.verify(case.document, case.selfie))
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+async def run_kyc(bench: Bench) -> None:
+    from kyc.bench_kyc import KYC_DESCRIPTION, KYC_MODELS, KycInProcess, kyc_cases
+
+    cases = kyc_cases(_payload_count(bench, 4, 8))
+    levels = bench.options.levels_of("kyc")
+    await bench.sweep(Served("kyc_ensemble", KYC_DESCRIPTION, "requests", "kyc_ensemble",
+                             KYC_MODELS, lambda url, k: KycClient(url, cases, k), levels))
+    bench.in_process("kyc_in_process", f"{KYC_DESCRIPTION}; in process without Triton, the "
+                     "same kyc code and ONNX files, batches of min(concurrency, max batch)",
+                     "requests", KycInProcess, cases, levels)
+
+
+# -- batching: one model with dynamic batching on and off --------------------------------
+def aligned_faces(grpc_url: str) -> list[np.ndarray]:
+    """face_preprocess's FACE of every real test photo: [1, 112, 112, 3] uint8 each."""
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(grpc_url)
+    faces = []
+    try:
+        for photo in face_photos():
+            tensor = grpcclient.InferInput("IMAGE", [1, 1], "BYTES")
+            tensor.set_data_from_numpy(np.array([[photo]], dtype=np.object_))
+            result = client.infer("face_preprocess", [tensor])
+            if bool(result.as_numpy("FACE_FOUND")[0, 0]):
+                faces.append(result.as_numpy("FACE"))
+    finally:
+        client.close()
+    if not faces:
+        raise RuntimeError("face_preprocess found no face in the test photos")
+    return faces
+
+
+def text_line_crops(repository: Path, documents: int) -> list[np.ndarray]:
+    """The text-line crops the document reader gives ocr_rec on rendered documents,
+    each cut or padded to REC_WIDTH: [1, 48, REC_WIDTH, 3] uint8 each."""
+    from kyc.bench_document import DocumentInProcess, document_cases
+    from kyc.document.lines import PAD_VALUE
+
+    runner = DocumentInProcess(repository)
+    crops: list[np.ndarray] = []
+    recognise = runner.reader.recognise
+
+    def capture(batch: np.ndarray) -> np.ndarray:
+        for image in batch:
+            crop = np.full((image.shape[0], REC_WIDTH, 3), PAD_VALUE, dtype=np.uint8)
+            width = min(REC_WIDTH, image.shape[1])
+            crop[:, :width] = image[:, :width]
+            crops.append(crop[None])
+        return recognise(batch)
+
+    runner.reader.recognise = capture
+    runner(document_cases(documents))
+    return crops
+
+
+async def run_batching(bench: Bench) -> None:
+    levels = bench.options.levels_of("batching")
+    if BATCHING_SPEEDUP_LEVEL not in levels:
+        log.warning("dynamic_batching_speedup is taken at concurrency %d, not swept here",
+                    BATCHING_SPEEDUP_LEVEL)
+    faces = aligned_faces(bench.grpc_url)
+    crops = text_line_crops(bench.repository, 2)
+    targets = (
+        ("face_embedding", "FACE", faces, "EMBEDDING", "faces",
+         "one aligned face (face_preprocess's FACE of a real photo) -> face_embedding"),
+        ("ocr_rec", "IMAGES", crops, "PROBS", "lines",
+         f"one text-line crop (48x{REC_WIDTH}, cut from rendered documents by the "
+         "document reader) -> ocr_rec"),
+    )
+    for model, name, payloads, output, unit, description in targets:
+        for batching in (True, False):
+            bench.load_variant(model, batching)
+            variant = "on" if batching else "off"
+
+            def make(url: str, k: int, model: str = model, name: str = name,
+                     payloads: Sequence[np.ndarray] = payloads, output: str = output,
+                     unit: str = unit) -> TensorClient:
+                return TensorClient(url, model, name, payloads, output, unit, offset=k)
+
+            how = "shipped config" if batching else (
+                "shipped config less dynamic_batching, loaded through the model-control API")
+            await bench.sweep(Served(f"{model}_batching_{variant}",
+                                     f"{description}; dynamic batching {variant} ({how})",
+                                     unit, model, (model,), make, levels))
+        bench.load_variant(model, True)
+
+
+# -- liveness ------------------------------------------------------------------------------
+async def run_liveness(bench: Bench) -> None:
+    from kyc.bench_document import DocumentClient, document_cases
+    from kyc.bench_liveness import FilmLibrary, LivenessBenchClient
+
+    films = FilmLibrary.build(bench.grpc_url)
+    levels = bench.options.levels_of("liveness")
+    description = ("one frame of a liveness session (real photo turned as the challenge "
+                   "asks) -> liveness_sequence; N sessions streaming at once")
+    scenario = Served("liveness_sequence", description, "frames", "liveness_sequence",
+                      LIVENESS_MODELS, lambda url, k: LivenessBenchClient(url, films, k), levels)
+    await bench.sweep(scenario)
+    documents = document_cases(4)
+    await bench.sweep(
+        Served(scenario.name, scenario.description, scenario.unit, scenario.entry,
+               (*LIVENESS_MODELS, *DOCUMENT_MODELS), scenario.make_client,
+               (LIVENESS_GOAL_SESSIONS,)),
+        background=lambda: [DocumentClient(bench.grpc_url, documents, k)
+                            for k in range(OCR_LOAD_CLIENTS)],
+        name="liveness_sequence_under_ocr_load",
+        extra={"load": f"{OCR_LOAD_CLIENTS} document_ocr clients in closed loops on the same "
+                       "server during the whole level (their answers: 'background')"})
+
+
+# -- document reading against the peer ---------------------------------------------------
+async def run_document(bench: Bench) -> None:
+    from kyc.bench_document import (
+        DOCUMENT_DESCRIPTION,
+        PEER_DESCRIPTION,
+        DocumentClient,
+        RapidOcrPeer,
+        document_cases,
+    )
+    from kyc.document.evaluation import rates
+
+    cases = document_cases(_payload_count(bench, 6, 16))
+    await bench.sweep(Served("document_ocr", DOCUMENT_DESCRIPTION, "documents", "document_ocr",
+                             DOCUMENT_MODELS, lambda url, k: DocumentClient(url, cases, k),
+                             bench.options.levels_of("document"), quality=rates))
+    bench.in_process("document_peer_rapidocr", PEER_DESCRIPTION, "documents", RapidOcrPeer,
+                     cases, (1,), kind="peer", quality=rates)
