@@ -511,7 +511,8 @@ def onnx_model(repository: Path, model: str) -> tuple[Any, Any]:
 
 
 class FaceInProcess:
-    """FacePreprocessor over an onnxruntime detector session, then the embedding session."""
+    """face_preprocess and face_embedding without Triton: FacePreprocessor over an
+    onnxruntime detector session, and the embedding session."""
 
     def __init__(self, repository: Path) -> None:
         from kyc.face.preprocess import FacePreprocessor, FaceSettings
@@ -528,17 +529,19 @@ class FaceInProcess:
         loc, scores, landmarks = self.detector.run(list(DETECTOR_OUTPUTS), {"IMAGES": batch})
         return loc, scores, landmarks
 
-    def __call__(self, payloads: Sequence[bytes]) -> list[Outcome]:
-        results = self.preprocessor.run(payloads)
-        found = [i for i, r in enumerate(results)
-                 if not isinstance(r, Exception) and r.found]
+    def embed(self, results: Sequence[Any], size: int) -> list[np.ndarray]:
+        """One face_embedding run over every face found among ``results`` (the
+        preprocessor's); zeros of ``size`` for the others."""
+        found = [i for i, r in enumerate(results) if not isinstance(r, Exception) and r.found]
+        embeddings = [np.zeros(size, np.float32) for _ in results]
         if found:
-            faces = np.stack([results[i].face for i in found])  # type: ignore[union-attr]
-            (embeddings,) = self.embedding.run(["EMBEDDING"], {"FACE": faces})
-            if embeddings.shape[0] != len(found):
+            faces = np.stack([results[i].face for i in found])
+            (out,) = self.embedding.run(["EMBEDDING"], {"FACE": faces})
+            if out.shape[0] != len(found):
                 raise BenchError("face_embedding gave not one EMBEDDING per face")
-        return [r if isinstance(r, Exception) else {"faces_found": int(r.found)}
-                for r in results]
+            for i, embedding in zip(found, out, strict=True):
+                embeddings[i] = embedding
+        return embeddings
 
     def settings(self) -> dict[str, Any]:
         return {"onnx_intra_op_threads": {

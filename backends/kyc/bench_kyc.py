@@ -5,8 +5,8 @@ person_a_1 or person_b_1) and a selfie of the same person (person_a_2 or
 person_b_2), sent WITHOUT a liveness token: the ensemble runs in full (both face
 paths, both embeddings, document reading, the decision with its antifraud call),
 and the decision is ``review`` (liveness_missing). Opening a token costs
-microseconds; the liveness stream is a separate model. The served entry model is
-timed alone too: the latency of one customer at concurrency 1.
+microseconds; the liveness stream is a separate model. Served, it is sent by
+``kyc.bench_scenarios.KycClient`` (the SDK's asyncio client).
 
 In process (:class:`KycInProcess`, the limit the served throughput is compared to):
 the ensemble's steps in this process without Triton, on the same ONNX files with
@@ -32,7 +32,6 @@ from typing import Any
 import numpy as np
 
 from kyc.bench import (
-    BenchError,
     FaceInProcess,
     Outcome,
     max_batch_size,
@@ -81,19 +80,6 @@ def tally(result: Verification) -> dict[str, int]:
     return {"requests_decided": 1, f"decision_{result.decision}": 1,
             "face_matched": int("face_mismatch" not in result.reasons
                                 and result.face_match_score >= 0)}
-
-
-class KycServedClient:
-    def __init__(self, grpc_url: str) -> None:
-        from kyc.client import KycClient
-
-        self.client = KycClient(grpc_url)
-
-    def __call__(self, case: KycCase) -> Mapping[str, int]:
-        return tally(self.client.verify(case.document, case.selfie))
-
-    def close(self) -> None:
-        self.client.close()
 
 
 class _Answer:
@@ -165,8 +151,9 @@ class KycInProcess:
         count = len(cases)
         faces = self.face.preprocessor.run([c.document for c in cases]
                                            + [c.selfie for c in cases])
-        embeddings = self._embed(faces)
-        pages = self._read([c.document for c in cases])
+        # served, kyc_decision reads an embedding only where its face was found
+        embeddings = self.face.embed(faces, self.embedding_size)
+        pages = self.document.read([c.document for c in cases])
         answers: list[Verification | Exception | None] = [None] * count
         inputs, owners = [], []
         for i in range(count):
@@ -188,28 +175,10 @@ class KycInProcess:
     def __call__(self, cases: Sequence[KycCase]) -> list[Outcome]:
         return [a if isinstance(a, Exception) else tally(a) for a in self.verify(cases)]
 
-    def _embed(self, faces: Sequence[Any]) -> list[np.ndarray]:
-        """One face_embedding run over every face found; zeros for the others (served,
-        kyc_decision reads an embedding only where its face was found)."""
-        found = [i for i, r in enumerate(faces) if not isinstance(r, Exception) and r.found]
-        embeddings = [np.zeros(self.embedding_size, np.float32) for _ in faces]
-        if found:
-            batch = np.stack([faces[i].face for i in found])
-            (out,) = self.face.embedding.run(["EMBEDDING"], {"FACE": batch})
-            if out.shape[0] != len(found):
-                raise BenchError("face_embedding gave not one EMBEDDING per face")
-            for i, embedding in zip(found, out, strict=True):
-                embeddings[i] = embedding
-        return embeddings
-
     def _fraud_scores(self, features: np.ndarray) -> np.ndarray:
         """The batch's ONE antifraud run (served: kyc_decision's one BLS call)."""
         (scores,) = self.antifraud.run(["FRAUD_SCORE"], {"FEATURES": features})
         return scores
-
-    def _read(self, images: Sequence[bytes]) -> list[list[TextLine] | Exception]:
-        """document_ocr on the pages, batched as the server batches it."""
-        return self.document.read(images)
 
     def settings(self) -> dict[str, Any]:
         threads = {**self.face.settings()["onnx_intra_op_threads"],

@@ -51,8 +51,9 @@ from typing import Any
 import numpy as np
 
 from kyc.liveness.challenge import parse_moves
+from kyc.liveness.client import frame_input
 from kyc.liveness.session import LivenessSettings
-from kyc.liveness.synthetic import TURN_DEG, encode, head_turn
+from kyc.liveness.synthetic import TURN_DEG, encode, frame_variant, head_turn, turn_angles
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +66,6 @@ CLIENT_TIMEOUT_S = 60.0
 # warped left turn moves the estimated yaw only about 12 degrees more (amplitude_deg
 # is 12): its films miss that move.
 ROLES = ("person_a_2", "person_b_2", "impostor_2", "person_b_1", "person_a_1")
-# turn_sequence's defaults: frames facing the camera first, per move frames turned
-# then facing the camera; and its JPEG variants (quality 88 + k % 8, shift k % 3).
-HOLD = 3
-REST = 3
-QUALITIES = 8
-SHIFTS = 3
 # Client-side margin over min_duration_s (the server's clock starts after START
 # is sent and stops after END is sent, so the client's measure is already short).
 DURATION_MARGIN_S = 0.05
@@ -91,14 +86,6 @@ def possible_challenges(moves: Sequence[str], length: int) -> tuple[Challenge, .
                  if len(distinct) == 1 or len(set(c)) > 1)
 
 
-def film_angles(challenge: Sequence[str], hold: int = HOLD, rest: int = REST) -> list[float]:
-    """The yaw of each frame of ``turn_sequence``'s film of ``challenge``."""
-    angles = [0.0] * rest
-    for move in challenge:
-        angles += [TURN_DEG[move]] * hold + [0.0] * rest
-    return angles
-
-
 def render_films(image: np.ndarray, box: Sequence[float], challenges: Sequence[Challenge]
                  ) -> tuple[dict[Challenge, tuple[bytes, ...]], tuple[bytes, ...], int]:
     """(film of each challenge, frames facing the camera for filler, distinct frames
@@ -112,14 +99,14 @@ def render_films(image: np.ndarray, box: Sequence[float], challenges: Sequence[C
     encoded: dict[tuple[float, int, int], bytes] = {}
 
     def frame(angle: float, k: int) -> bytes:
-        key = (angle, 88 + k % QUALITIES, k % SHIFTS)
+        key = (angle, *frame_variant(k))
         if key not in encoded:
             if angle not in turned:
                 turned[angle] = head_turn(image, box, angle) if angle else image
             encoded[key] = encode(turned[angle], quality=key[1], shift=key[2])
         return encoded[key]
 
-    films = {c: tuple(frame(a, k) for k, a in enumerate(film_angles(c))) for c in challenges}
+    films = {c: tuple(frame(a, k) for k, a in enumerate(turn_angles(c))) for c in challenges}
     facing = tuple(dict.fromkeys(b for (a, _, _), b in encoded.items() if a == 0.0))
     return films, facing, len(encoded)
 
@@ -233,14 +220,6 @@ def face_box(client: Any, data: bytes, role: str) -> np.ndarray:
 _RUN_TAG = secrets.token_hex(4)
 
 
-def _frame_input(frame: bytes) -> Any:
-    from tritonclient.grpc.aio import InferInput
-
-    tensor = InferInput("FRAME", [1, 1], "BYTES")
-    tensor.set_data_from_numpy(np.array([[frame]], dtype=np.object_))
-    return tensor
-
-
 class LivenessBenchClient:
     """One closed-loop liveness client: ``await next()`` sends one request of its
     current session and returns its tallies (see the module docstring)."""
@@ -350,6 +329,6 @@ class LivenessBenchClient:
             from tritonclient.grpc.aio import InferenceServerClient
 
             self._client = InferenceServerClient(self.grpc_url)
-        return await self._client.infer(MODEL, [_frame_input(frame)], sequence_id=self._sid,
+        return await self._client.infer(MODEL, [frame_input(frame)], sequence_id=self._sid,
                                         sequence_start=start, sequence_end=end,
                                         client_timeout=self.timeout_s)

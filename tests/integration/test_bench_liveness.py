@@ -91,7 +91,7 @@ def fake_library() -> FilmLibrary:
 @pytest.fixture
 def raw_frames(monkeypatch):
     """Requests to a FakeServer carry the frame's bytes instead of an InferInput."""
-    monkeypatch.setattr(bench_liveness, "_frame_input", lambda frame: frame)
+    monkeypatch.setattr(bench_liveness, "frame_input", lambda frame: frame)
 
 
 def drive(client: LivenessBenchClient, server: FakeServer, sessions: int) -> dict:

@@ -55,15 +55,26 @@ def encode(image: np.ndarray, quality: int, shift: int = 0) -> bytes:
     return buffer.getvalue()
 
 
-def turn_sequence(image: np.ndarray, box: Sequence[float], moves: Sequence[str],
-                  hold: int = 3, rest: int = 3) -> list[bytes]:
-    """Frames of a person making ``moves`` (``left``/``right``): ``rest`` frames facing
-    the camera, then for each move ``hold`` frames turned and ``rest`` frames back."""
-    frames: list[bytes] = []
+def turn_angles(moves: Sequence[str], hold: int = 3, rest: int = 3) -> list[float]:
+    """The yaw of each frame of a film of ``moves``: ``rest`` frames facing the
+    camera, then for each move ``hold`` frames turned and ``rest`` frames back."""
     angles = [0.0] * rest
     for move in moves:
         angles += [TURN_DEG[move]] * hold + [0.0] * rest
-    for k, angle in enumerate(angles):
+    return angles
+
+
+def frame_variant(k: int) -> tuple[int, int]:
+    """(JPEG quality, pixel shift) of frame ``k``: consecutive frames differ, like a camera's."""
+    return 88 + k % 8, k % 3
+
+
+def turn_sequence(image: np.ndarray, box: Sequence[float], moves: Sequence[str],
+                  hold: int = 3, rest: int = 3) -> list[bytes]:
+    """Frames of a person making ``moves`` (``left``/``right``), as :func:`turn_angles`."""
+    frames: list[bytes] = []
+    for k, angle in enumerate(turn_angles(moves, hold, rest)):
         turned = head_turn(image, box, angle) if angle else image
-        frames.append(encode(turned, quality=88 + k % 8, shift=k % 3))
+        quality, shift = frame_variant(k)
+        frames.append(encode(turned, quality=quality, shift=shift))
     return frames
