@@ -298,9 +298,11 @@ async def measure_level(make_client: Callable[[int], AsyncClient], concurrency: 
         if stats is not None:
             level.stats_before = await stats()
         counting = True
+        # The window also holds at least one answer of the background load (a
+        # document can take longer than a quick window).
         measurement.seconds = await _phase(
-            lambda t: t >= window.window_s and measurement.requests >= window.min_requests,
-            window.max_s, tasks)
+            lambda t: t >= window.window_s and measurement.requests >= window.min_requests
+            and (load is None or load.requests > 0), window.max_s, tasks)
         counting = False
         if load is not None:
             load.seconds = measurement.seconds
