@@ -47,6 +47,13 @@ class OnnxModelSettings:
     outputs: tuple[TensorSpec, ...]
     intra_op_threads: int
     inter_op_threads: int
+    # The real onnxruntime backend's memory parameters, same names and values:
+    # ``enable_mem_arena`` / ``enable_mem_pattern`` ("0"/"1") and
+    # ``memory.enable_memory_arena_shrinkage`` (e.g. "cpu:0": the arena returns
+    # what a run grew after the run; a run-options entry in onnxruntime).
+    enable_mem_arena: bool = True
+    enable_mem_pattern: bool = True
+    arena_shrinkage: str = ""
 
     @classmethod
     def from_config(
@@ -64,7 +71,20 @@ class OnnxModelSettings:
             outputs=tuple(_spec(t) for t in config.get("output", [])),
             intra_op_threads=int(params.get("intra_op_thread_count") or default_threads),
             inter_op_threads=int(params.get("inter_op_thread_count") or 1),
+            enable_mem_arena=_flag(params.get("enable_mem_arena"), True),
+            enable_mem_pattern=_flag(params.get("enable_mem_pattern"), True),
+            arena_shrinkage=params.get("memory.enable_memory_arena_shrinkage", ""),
         )
+
+
+def _flag(value: str | None, default: bool) -> bool:
+    if value is None or value == "":
+        return default
+    if value.strip().lower() in ("1", "true"):
+        return True
+    if value.strip().lower() in ("0", "false"):
+        return False
+    raise ValueError(f"expected 0/1 or true/false, got {value!r}")
 
 
 def _spec(tensor: Mapping) -> TensorSpec:
@@ -75,7 +95,25 @@ def _spec(tensor: Mapping) -> TensorSpec:
     )
 
 
-def make_session(settings: OnnxModelSettings):  # -> onnxruntime.InferenceSession
+class ConfiguredSession:
+    """An onnxruntime session whose ``run`` applies the model's run options (arena
+    shrinkage), so the server and the bench's in-process limit run it alike."""
+
+    def __init__(self, session, run_options=None) -> None:
+        self.session = session
+        self.run_options = run_options
+
+    def run(self, output_names, feeds):
+        return self.session.run(output_names, feeds, self.run_options)
+
+    def get_inputs(self):
+        return self.session.get_inputs()
+
+    def get_outputs(self):
+        return self.session.get_outputs()
+
+
+def make_session(settings: OnnxModelSettings) -> ConfiguredSession:
     """An onnxruntime CPU session configured for a shared, small machine."""
     import onnxruntime as ort
 
@@ -85,9 +123,18 @@ def make_session(settings: OnnxModelSettings):  # -> onnxruntime.InferenceSessio
     # Idle worker threads must not spin: several stubs share few cores.
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
-    return ort.InferenceSession(
+    opts.enable_cpu_mem_arena = settings.enable_mem_arena
+    opts.enable_mem_pattern = settings.enable_mem_pattern
+    run_options = None
+    if settings.arena_shrinkage:
+        run_options = ort.RunOptions()
+        run_options.add_run_config_entry(
+            "memory.enable_memory_arena_shrinkage", settings.arena_shrinkage
+        )
+    session = ort.InferenceSession(
         str(settings.model_file), sess_options=opts, providers=["CPUExecutionProvider"]
     )
+    return ConfiguredSession(session, run_options)
 
 
 Result = dict[str, np.ndarray] | Exception

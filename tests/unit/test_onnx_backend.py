@@ -100,6 +100,32 @@ def test_settings_read_thread_counts_from_config_parameters(tmp_path):
     assert settings.model_file == tmp_path / "4" / "model.onnx"
 
 
+def test_memory_parameters_use_the_real_backends_names_and_reach_the_session(tmp_path):
+    params = {"enable_mem_pattern": {"string_value": "0"},
+              "memory.enable_memory_arena_shrinkage": {"string_value": "cpu:0"}}
+    settings = OnnxModelSettings.from_config(dict(CONFIG, parameters=params), tmp_path, "1")
+    assert (settings.enable_mem_arena, settings.enable_mem_pattern) == (True, False)
+    assert settings.arena_shrinkage == "cpu:0"
+    defaults = OnnxModelSettings.from_config(CONFIG, tmp_path, "1")
+    assert (defaults.enable_mem_arena, defaults.enable_mem_pattern, defaults.arena_shrinkage) \
+        == (True, True, "")
+    with pytest.raises(ValueError, match="0/1"):
+        OnnxModelSettings.from_config(
+            dict(CONFIG, parameters={"enable_mem_arena": {"string_value": "maybe"}}), tmp_path, "1")
+
+
+def test_a_session_with_arena_shrinkage_runs_with_those_run_options(tmp_path, onnx_factory):
+    onnx_factory(tmp_path / "1" / "model.onnx", shape=("batch", "width"))
+    params = {"memory.enable_memory_arena_shrinkage": {"string_value": "cpu:0"}}
+    settings = OnnxModelSettings.from_config(dict(CONFIG, parameters=params), tmp_path, "1")
+    session = make_session(settings)
+    assert session.run_options.get_run_config_entry(
+        "memory.enable_memory_arena_shrinkage") == "cpu:0"
+    results = OnnxBatchRunner(settings, session).run([{"X": np.ones((2, 3), np.float32)}])
+    assert results[0]["Y"].shape == (2, 3)
+    assert make_session(OnnxModelSettings.from_config(CONFIG, tmp_path, "1")).run_options is None
+
+
 def test_settings_honour_default_model_filename(tmp_path):
     settings = OnnxModelSettings.from_config(
         dict(CONFIG, default_model_filename="net.onnx"), tmp_path, "1"

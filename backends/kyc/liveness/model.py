@@ -16,6 +16,7 @@ timings, never frames, poses of a person, embeddings or tokens.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -77,8 +78,9 @@ class LivenessModel:
         self.settings = from_parameters(LivenessSettings, config_parameters(config))
         self.moves = parse_moves(self.settings.moves)
         repository = Path(args["model_repository"]).parent
-        face = from_parameters(FaceSettings,
-                               model_parameters(repository, self.settings.face_model))
+        face = dataclasses.replace(
+            from_parameters(FaceSettings, model_parameters(repository, self.settings.face_model)),
+            detector_size=self.settings.detector_size, try_rotations=self.settings.try_rotations)
         context = None
         if self.settings.antispoof_model:
             from kyc.liveness.crop import context_crop
