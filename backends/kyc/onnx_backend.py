@@ -54,6 +54,10 @@ class OnnxModelSettings:
     enable_mem_arena: bool = True
     enable_mem_pattern: bool = True
     arena_shrinkage: str = ""
+    # Local backend only (the real backend ignores the key): the stub's CPU niceness,
+    # 0-19. A step that may wait (OCR) yields the cores to a step that must not
+    # (liveness frames) when both run, and still gets every core when alone.
+    cpu_nice: int = 0
 
     @classmethod
     def from_config(
@@ -74,7 +78,15 @@ class OnnxModelSettings:
             enable_mem_arena=_flag(params.get("enable_mem_arena"), True),
             enable_mem_pattern=_flag(params.get("enable_mem_pattern"), True),
             arena_shrinkage=params.get("memory.enable_memory_arena_shrinkage", ""),
+            cpu_nice=_nice(params.get("cpu_nice")),
         )
+
+
+def _nice(value: str | None) -> int:
+    nice = int(value or 0)
+    if not 0 <= nice <= 19:
+        raise ValueError(f"cpu_nice must be 0-19, got {nice}")
+    return nice
 
 
 def _flag(value: str | None, default: bool) -> bool:
@@ -270,12 +282,18 @@ class TritonPythonModel:
         settings = OnnxModelSettings.from_config(
             config, Path(args["model_repository"]), args["model_version"], instance_count(config)
         )
+        if settings.cpu_nice:
+            from kyc.runtime.priority import lower_cpu_priority
+
+            # Before the session: its thread pool inherits the niceness.
+            lower_cpu_priority(settings.cpu_nice)
         self.runner = OnnxBatchRunner(settings, make_session(settings))
         log.info(
-            "%s: serving %s with onnxruntime on CPU (%d intra-op threads)",
+            "%s: serving %s with onnxruntime on CPU (%d intra-op threads, nice %d)",
             args["model_name"],
             settings.model_file.name,
             settings.intra_op_threads,
+            settings.cpu_nice,
         )
 
     def execute(self, requests: list) -> list:
