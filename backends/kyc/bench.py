@@ -16,7 +16,10 @@ noisy; the goals are ratios and percentiles of one run):
 - ``document_ocr`` against the peer ``rapidocr-onnxruntime`` in process, on the
   same rendered documents: latency and MRZ exact-match rate;
 - the server's memory: resident (and proportional) set of tritonserver and its
-  stub processes after the run.
+  stub processes after the load scenarios;
+- ``publish``: the first request to face_embedding and ocr_rec after ``kyc repo
+  publish`` of a new version, with and without ``model_warmup``
+  (:mod:`kyc.bench_publish`).
 
 Each concurrency level is one closed loop of asyncio gRPC clients: a warm-up
 (at least one answer per client), then a fixed window in which answered requests
@@ -47,6 +50,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from kyc.budgets import queue_against_budget
 from kyc.repo.config import load_config, model_parameters
 from kyc.repo.publish import precompile_python_models
 from kyc.runtime.server import ServerError, ServerOptions, TritonServer, free_port
@@ -61,10 +65,12 @@ LEVELS = (1, 2, 4, 8, 16)
 STAGES = ("queue", "compute_input", "compute_infer", "compute_output")
 
 # Scenario groups, in the order they run; each has the levels of a quick run.
-GROUPS = ("kyc", "batching", "liveness", "document")
+GROUPS = ("kyc", "batching", "liveness", "document", "publish")
+# "publish" sends one request at a time (first request after a version switch).
 QUICK_LEVELS = {"kyc": (1, 2, 4), "batching": (1, 4, 16), "liveness": (1, 8),
-                "document": (1,)}
-FULL_LEVELS = {"kyc": LEVELS, "batching": LEVELS, "liveness": LEVELS, "document": (1, 2, 4)}
+                "document": (1,), "publish": (1,)}
+FULL_LEVELS = {"kyc": LEVELS, "batching": LEVELS, "liveness": LEVELS, "document": (1, 2, 4),
+               "publish": (1,)}
 BATCHING_SPEEDUP_LEVEL = 16
 LIVENESS_GOAL_SESSIONS = 8
 OCR_LOAD_CLIENTS = 2
@@ -576,6 +582,11 @@ class Bench:
     repository: Path
     scenarios: dict[str, dict[str, Any]] = field(default_factory=dict)
     shipped: dict[str, dict[str, Any]] = field(default_factory=dict)  # model configs
+    # Figures that are not concurrency sweeps, added to the report as they are:
+    # "first_request_after_publish", "batching_ceiling_in_process".
+    extra: dict[str, Any] = field(default_factory=dict)
+    server_pid: int | None = None  # the bench's own server: its memory is measured
+    memory: dict[str, Any] = field(default_factory=dict)
 
     async def sweep(self, scenario: Served, background: Callable[[], Sequence[AsyncClient]]
                     | None = None, name: str | None = None, extra: Mapping[str, Any] = {}
@@ -599,6 +610,7 @@ class Bench:
                 figs["server_us"] = server_times(level.stats_before, level.stats_after,
                                                  scenario.entry, steps)
                 figs["model_stats"] = model_stats(level.stats_before, level.stats_after)
+                figs["queue_vs_budget"] = queue_against_budget(figs["model_stats"])
                 if level.background is not None:
                     figs["background"] = level_figures(level.background)
                 levels.append(figs)
@@ -645,6 +657,7 @@ class Bench:
         headers = {"triton-grpc-protocol-admin-key": self.admin_key} if self.admin_key \
             else None
         client = grpcclient.InferenceServerClient(self.grpc_url)
+        stubs_before = self.stubs_of(model)
         try:
             # The config as first served; loaded back as an override too (a plain
             # load of unchanged files keeps the override it was last given).
@@ -666,6 +679,27 @@ class Bench:
         if ("dynamic_batching" in loaded) != batching:
             raise BenchError(f"{model} did not load with dynamic batching "
                              f"{'on' if batching else 'off'}")
+        self.wait_for_old_stubs(model, stubs_before)
+
+    def stubs_of(self, model: str) -> int:
+        """How many stub processes serve instances of ``model`` (0 with --url)."""
+        if self.server_pid is None:
+            return 0
+        prefix = f"{model}_"
+        return sum(1 for pid in _children(self.server_pid)
+                   if _stub_instance(pid).startswith(prefix)
+                   and _stub_instance(pid)[len(prefix):].replace("_", "").isdigit())
+
+    def wait_for_old_stubs(self, model: str, expected: int, timeout_s: float = 30.0) -> None:
+        """After a reload, wait until the old instances' stubs have exited, so that the
+        next scenario and the memory figure do not count them."""
+        deadline = time.monotonic() + timeout_s
+        while self.stubs_of(model) > expected:
+            if time.monotonic() > deadline:
+                log.warning("%s: %d stub processes %.0f s after a reload (expected %d)",
+                            model, self.stubs_of(model), timeout_s, expected)
+                return
+            time.sleep(0.2)
 
 
 # -- server memory ---------------------------------------------------------------------
@@ -708,7 +742,20 @@ def process_memory(pid: int) -> dict[str, Any]:
         "total_rss_mib": round(sum(r["rss"] for r in rows) / 1024, 1),
         "total_pss_mib": round(sum(r["pss"] for r in rows) / 1024, 1),
         "stub_processes": len(stubs),
+        "stubs": sorted(({"instance": _stub_instance(r["pid"]),
+                          "rss_mib": round(r["rss"] / 1024, 1),
+                          "pss_mib": round(r["pss"] / 1024, 1)} for r in stubs),
+                        key=lambda r: -r["rss_mib"]),
     }
+
+
+def _stub_instance(pid: int) -> str:
+    """The model instance a Python stub serves (its 9th argument, e.g. "ocr_det_0_0")."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        return args[8].decode() if len(args) > 8 else "?"
+    except OSError:
+        return "?"
 
 
 # -- running it ------------------------------------------------------------------------
@@ -736,8 +783,14 @@ async def run_groups(bench: Bench) -> None:
     from kyc import bench_scenarios
 
     for group in GROUPS:
+        if group == "publish" and bench.server_pid is not None:
+            # Before the version switches: they restart stubs, which would hide what
+            # the load grew.
+            bench.memory = process_memory(bench.server_pid)
         if bench.options.runs(group):
             await getattr(bench_scenarios, f"run_{group}")(bench)
+    if not bench.memory and bench.server_pid is not None:
+        bench.memory = process_memory(bench.server_pid)
 
 
 def run_bench(options: BenchOptions) -> dict[str, Any]:
@@ -754,11 +807,12 @@ def run_bench(options: BenchOptions) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="kyc-bench-") as tmp:
             repository = copy_repository(options.model_repository, Path(tmp) / "models")
             with running_server(repository, Path(tmp) / "tritonserver.log") as server:
-                bench = Bench(options, server.options.grpc_url, server.admin_key, repository)
-                asyncio.run(run_groups(bench))
                 assert server.process is not None
-                memory = process_memory(server.process.pid)
-    return summarize(bench.scenarios, options, started_at, host, memory)
+                bench = Bench(options, server.options.grpc_url, server.admin_key, repository,
+                              server_pid=server.process.pid)
+                asyncio.run(run_groups(bench))
+                memory = bench.memory
+    return summarize(bench.scenarios, options, started_at, host, memory, bench.extra)
 
 
 # -- the report ----------------------------------------------------------------------
@@ -784,7 +838,7 @@ GOALS = {
                                              "document at a time"),
     "document_mrz_exact_minus_peer": (0.0, "min", "our MRZ exact-match rate minus the peer's"),
     "server_memory_rss_mib": (2048.0, "max", "resident memory of tritonserver and its stubs "
-                                             "after the run, MiB"),
+                                             "after the load scenarios, MiB"),
 }
 
 
@@ -873,7 +927,8 @@ def document_reading(scenarios: Mapping[str, Mapping[str, Any]]) -> dict[str, di
 
 def summarize(scenarios: Mapping[str, Mapping[str, Any]], options: BenchOptions,
               started_at: datetime, host: Mapping[str, Any],
-              memory: Mapping[str, Any] | None = None) -> dict[str, Any]:
+              memory: Mapping[str, Any] | None = None,
+              extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The JSON report: the contract's two ratios at the top, every goal with its
     measured value, the scenarios level by level, the server's memory."""
     memory = dict(memory or {})
@@ -896,6 +951,7 @@ def summarize(scenarios: Mapping[str, Mapping[str, Any]], options: BenchOptions,
     documents = document_reading(scenarios)
     if documents:
         report["document_reading"] = documents
+    report.update(extra or {})
     return report
 
 
@@ -921,6 +977,18 @@ def format_table(report: Mapping[str, Any]) -> str:
         lines.append(f"server memory: {memory['total_rss_mib']} MiB resident "
                      f"({memory['total_pss_mib']} MiB proportional), "
                      f"{memory['stub_processes']} stub processes")
+    for model, figs in report.get("batching_ceiling_in_process", {}).items():
+        lines.append(f"batching ceiling in process, {model}: {figs['ceiling']}x "
+                     f"({figs['ms_per_item_batch_1']} ms per item at batch 1, "
+                     f"{figs['ms_per_item_batch_16']} at batch 16)")
+    for model, figs in report.get("first_request_after_publish", {}).items():
+        if model == "skipped":
+            lines.append(f"first request after publish: skipped: {figs}")
+            continue
+        lines.append(f"first request after publish, {model}: "
+                     f"{figs['with_warmup']['first_ms']} ms with model_warmup, "
+                     f"{figs['without_warmup']['first_ms']} ms without "
+                     f"(steady {figs['steady_ms']} ms)")
     for name, goal in report["goals"].items():
         verdict = {True: "met", False: "NOT met", None: "not measured"}[goal["met"]]
         lines.append(f"{name:<36} {goal['value']!s:>10} (goal {goal['sense']} "

@@ -1,7 +1,8 @@
 """The scenario groups of ``kyc bench`` (see :mod:`kyc.bench`), each on the bench's
 server: ``kyc`` (end to end, served and in process), ``batching`` (face_embedding
 and ocr_rec with dynamic batching on and off), ``liveness`` (sessions, alone and
-under an OCR load) and ``document`` (document_ocr against the OCR peer).
+under an OCR load), ``document`` (document_ocr against the OCR peer) and ``publish``
+(the first request after ``kyc repo publish`` of a new version).
 
 Every input is generated from the real test photos and the document renderer.
 """
@@ -142,6 +143,37 @@ async def run_batching(bench: Bench) -> None:
                                      f"{description}; dynamic batching {variant} ({how})",
                                      unit, model, (model,), make, levels))
         bench.load_variant(model, True)
+        ceiling = bench.extra.setdefault("batching_ceiling_in_process", {})
+        ceiling[model] = batching_ceiling(bench.repository, model, name, payloads)
+
+
+def batching_ceiling(repository: Path, model: str, name: str, payloads: Sequence[np.ndarray],
+                     repeats: int = 5) -> dict[str, Any]:
+    """What batching can buy at most: onnxruntime alone, in this process, with the
+    served model's settings, per item at batch 1 and at batch BATCHING_SPEEDUP_LEVEL
+    (median of ``repeats`` runs after one discarded). No server, no queue: on a CPU
+    the ceiling of ``dynamic_batching_speedup`` is about their ratio."""
+    import statistics
+    import time
+
+    from kyc.bench import onnx_model
+
+    _, session = onnx_model(repository, model)
+    rows = [payloads[k % len(payloads)] for k in range(BATCHING_SPEEDUP_LEVEL)]
+
+    def per_item(batch: np.ndarray) -> float:
+        session.run(None, {name: batch})
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            session.run(None, {name: batch})
+            times.append(time.perf_counter() - started)
+        return statistics.median(times) * 1e3 / len(batch)
+
+    one, many = per_item(rows[0]), per_item(np.concatenate(rows))
+    return {"ms_per_item_batch_1": round(one, 2),
+            f"ms_per_item_batch_{BATCHING_SPEEDUP_LEVEL}": round(many, 2),
+            "ceiling": round(one / many, 3)}
 
 
 # -- liveness ------------------------------------------------------------------------------
@@ -185,3 +217,24 @@ async def run_document(bench: Bench) -> None:
                              bench.options.levels_of("document"), quality=rates))
     bench.in_process("document_peer_rapidocr", PEER_DESCRIPTION, "documents", RapidOcrPeer,
                      cases, (1,), kind="peer", quality=rates)
+
+
+# -- the first request after a version switch ---------------------------------------------
+PUBLISH_MODELS = ("face_embedding", "ocr_rec")
+
+
+async def run_publish(bench: Bench) -> None:
+    from kyc.bench_publish import first_request_after_publish
+
+    if bench.options.url is not None:
+        bench.extra["first_request_after_publish"] = {"skipped": (
+            "publishing needs the bench's own server and repository copy (not with --url)")}
+        return
+    face = aligned_faces(bench.grpc_url)[0]
+    crop = text_line_crops(bench.repository, 1)[0]
+    inputs = {"face_embedding": ("FACE", face, "EMBEDDING"),
+              "ocr_rec": ("IMAGES", crop, "PROBS")}
+    figures = bench.extra.setdefault("first_request_after_publish", {})
+    for model in PUBLISH_MODELS:
+        name, payload, output = inputs[model]
+        figures[model] = first_request_after_publish(bench, model, name, payload, output)

@@ -19,7 +19,7 @@ log = logging.getLogger("kyc")
 
 DEFAULT_REPOSITORY = Path("model_repository")
 # kyc.bench.GROUPS (not imported: the CLI starts without numpy)
-BENCH_GROUPS = ("kyc", "batching", "liveness", "document")
+BENCH_GROUPS = ("kyc", "batching", "liveness", "document", "publish")
 
 
 def _setup_logging(verbose: bool = False) -> None:

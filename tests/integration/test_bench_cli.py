@@ -107,6 +107,21 @@ def test_documents_are_scored_beside_the_peer(report):
 def test_the_server_memory_counts_the_stub_processes(report):
     memory = report["server_memory"]
     assert memory["stub_processes"] >= 10 and memory["total_rss_mib"] > memory["server_rss_mib"]
+    instances = {row["instance"] for row in memory["stubs"]}
+    assert {"ocr_det_0_0", "liveness_sequence_0_0"} <= instances
+    assert len(instances) == memory["stub_processes"]
+
+
+def test_the_first_request_after_a_publish_is_measured_with_and_without_warmup(report):
+    first = report["first_request_after_publish"]
+    assert set(first) == {"face_embedding", "ocr_rec"}
+    for figs in first.values():
+        assert figs["steady_ms"] > 0
+        with_warmup, without = figs["with_warmup"], figs["without_warmup"]
+        # Each switch published a new version, and the first request reached it.
+        assert without["version"] == with_warmup["version"] + 1 >= 3
+        assert with_warmup["first_ms"] > 0 and without["first_ms"] > 0
+        assert with_warmup["load_s"] > 0
 
 
 def test_a_csv_per_scenario_in_perf_analyzer_columns_and_two_plots(report):

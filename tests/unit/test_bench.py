@@ -242,6 +242,25 @@ def test_the_report_file_and_table_carry_figures_only(tmp_path):
     assert "skipped: not installed here" in table
 
 
+def test_figures_that_are_not_sweeps_go_into_the_report_and_the_table():
+    publish = {"steady_ms": 20.0, "with_warmup": {"first_ms": 21.5},
+               "without_warmup": {"first_ms": 95.0}}
+    extra = {"first_request_after_publish": {"face_embedding": publish},
+             "batching_ceiling_in_process": {"face_embedding": {
+                 "ms_per_item_batch_1": 19.0, "ms_per_item_batch_16": 18.0, "ceiling": 1.056}}}
+    report = summarize(fake_scenarios(), BenchOptions(quick=True),
+                       datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc), bench.machine(),
+                       None, extra)
+    assert report["first_request_after_publish"]["face_embedding"] == publish
+    table = format_table(report)
+    assert "face_embedding: 21.5 ms with model_warmup, 95.0 ms without (steady 20.0 ms)" in table
+    assert "batching ceiling in process, face_embedding: 1.056x" in table
+    skipped = summarize(fake_scenarios(), BenchOptions(quick=True),
+                        datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc), bench.machine(),
+                        None, {"first_request_after_publish": {"skipped": "with --url"}})
+    assert "first request after publish: skipped: with --url" in format_table(skipped)
+
+
 def test_quick_options_are_smaller_and_unknown_groups_are_refused():
     quick, full = BenchOptions.for_run(quick=True), BenchOptions.for_run(quick=False)
     assert quick.window.window_s < full.window.window_s
