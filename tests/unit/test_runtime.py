@@ -47,6 +47,12 @@ def test_stubs_write_no_bytecode_into_version_folders_which_would_reload_them(as
     assert assembled.environment({})["PYTHONDONTWRITEBYTECODE"] == "1"
 
 
+def test_the_server_returns_freed_memory_unless_the_caller_set_malloc_itself(assembled):
+    env = assembled.environment({})
+    assert env["MALLOC_ARENA_MAX"] == "2" and env["MALLOC_MMAP_THRESHOLD_"] == "4194304"
+    assert assembled.environment({"MALLOC_ARENA_MAX": "8"})["MALLOC_ARENA_MAX"] == "8"
+
+
 def test_command_line_runs_poll_mode_on_the_chosen_ports_with_a_locked_repository_api(
     assembled, tmp_path
 ):

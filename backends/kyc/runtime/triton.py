@@ -56,12 +56,22 @@ class TritonInstall:
         # (measured): TritonServer.start precompiles the Python models instead
         # (kyc.repo.publish.precompile_python_models).
         env["PYTHONDONTWRITEBYTECODE"] = "1"
+        # glibc malloc: freed blocks of 4 MiB and more go back to the system, and
+        # few per-thread arenas. Without this the onnxruntime arena shrinkage frees
+        # into a heap that never shrinks (measured by kyc bench --quick: server
+        # and stubs 2115 -> 1605 MiB resident; docs/performance.md). A value set
+        # by the caller wins.
+        for name, value in MALLOC_SETTINGS.items():
+            env.setdefault(name, value)
         if self.library_dirs:
             libs = [str(d) for d in self.library_dirs]
             if env.get("LD_LIBRARY_PATH"):
                 libs.append(env["LD_LIBRARY_PATH"])
             env["LD_LIBRARY_PATH"] = os.pathsep.join(libs)
         return env
+
+
+MALLOC_SETTINGS = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": str(4 * 1024 * 1024)}
 
 
 @dataclass(frozen=True)
