@@ -61,6 +61,7 @@ DEFAULT_REPOSITORY = Path("model_repository")
 READY_TIMEOUT_S = 180.0
 STOP_GRACE_S = 10.0
 CLIENT_TIMEOUT_S = 120.0
+DRAIN_TIMEOUT_S = 60.0  # how long a level's clients may take to finish after it
 LEVELS = (1, 2, 4, 8, 16)
 STAGES = ("queue", "compute_input", "compute_infer", "compute_output")
 
@@ -280,9 +281,10 @@ async def measure_level(make_client: Callable[[int], AsyncClient], concurrency: 
     load = Measurement(concurrency=len(background)) if background else None
     answered = [0] * (len(clients) + len(background))
     counting = False
+    stopping = False
 
     async def loop(k: int, client: AsyncClient, into: Measurement | None) -> None:
-        while True:
+        while not stopping:
             started = time.perf_counter()
             try:
                 outcome: Outcome = await client.next()
@@ -315,9 +317,18 @@ async def measure_level(make_client: Callable[[int], AsyncClient], concurrency: 
         if stats is not None:
             level.stats_after = await stats()
     finally:
-        for task in tasks:
+        # Drain: every client finishes the request it has in flight. A request
+        # cancelled here would go on running in the server during the next level
+        # (and a cancelled ensemble request was seen to keep an unloaded model's
+        # stub alive). Cancelled only past DRAIN_TIMEOUT_S.
+        stopping = True
+        _, pending = await asyncio.wait(tasks, timeout=DRAIN_TIMEOUT_S)
+        for task in pending:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if pending:
+            log.warning("%d clients still waiting %.0f s after the window: cancelled",
+                        len(pending), DRAIN_TIMEOUT_S)
         for client in [*clients, *background]:
             with contextlib.suppress(Exception):
                 await client.close()

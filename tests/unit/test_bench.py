@@ -100,6 +100,13 @@ def test_a_level_keeps_that_many_clients_in_flight_and_counts_only_the_window():
         "m": {"requests": 2}}
 
 
+def test_a_level_ends_by_letting_every_request_in_flight_finish_not_by_cancelling_it():
+    FakeClient.in_flight = 0
+    level = asyncio.run(bench.measure_level(FakeClient, 4, TINY))
+    assert level.measurement.requests > 0
+    assert FakeClient.in_flight == 0  # a cancelled request would leave its count up
+
+
 def test_background_clients_load_the_level_and_are_counted_apart():
     level = asyncio.run(measure_level(FakeClient, 2, TINY,
                                       background=[FakeClient(9), FakeClient(10)]))
