@@ -51,6 +51,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from kyc.budgets import queue_against_budget
+from kyc.procmem import resident_union_mib
 from kyc.repo.config import load_config, model_parameters
 from kyc.repo.publish import precompile_python_models
 from kyc.runtime.server import ServerError, ServerOptions, TritonServer, free_port
@@ -752,6 +753,8 @@ def process_memory(pid: int) -> dict[str, Any]:
         "stubs_rss_mib": round(sum(r["rss"] for r in stubs) / 1024, 1),
         "total_rss_mib": round(sum(r["rss"] for r in rows) / 1024, 1),
         "total_pss_mib": round(sum(r["pss"] for r in rows) / 1024, 1),
+        # Distinct pages: shared libraries and tensor shared memory counted once.
+        "resident_mib": resident_union_mib(r["pid"] for r in rows),
         "stub_processes": len(stubs),
         "stubs": sorted(({"instance": _stub_instance(r["pid"]),
                           "rss_mib": round(r["rss"] / 1024, 1),
@@ -848,8 +851,10 @@ GOALS = {
     "document_latency_vs_peer": (1.2, "max", "document_ocr p50 latency / the peer's, one "
                                              "document at a time"),
     "document_mrz_exact_minus_peer": (0.0, "min", "our MRZ exact-match rate minus the peer's"),
-    "server_memory_rss_mib": (2048.0, "max", "resident memory of tritonserver and its stubs "
-                                             "after the load scenarios, MiB"),
+    "server_memory_resident_mib": (2048.0, "max", "resident memory of tritonserver and its "
+                                                  "stubs after the load scenarios, MiB: "
+                                                  "distinct pages (shared ones once), or the "
+                                                  "sum of RSS where pagemap is not readable"),
 }
 
 
@@ -905,7 +910,7 @@ def headline(scenarios: Mapping[str, Mapping[str, Any]], memory: Mapping[str, An
                                                   LIVENESS_GOAL_SESSIONS), "p95"),
         "document_latency_vs_peer": ratio(_latency(ours, "p50"), _latency(peer, "p50")),
         "document_mrz_exact_minus_peer": exact,
-        "server_memory_rss_mib": memory.get("total_rss_mib"),
+        "server_memory_resident_mib": memory.get("resident_mib") or memory.get("total_rss_mib"),
     }
 
 
@@ -985,7 +990,8 @@ def format_table(report: Mapping[str, Any]) -> str:
                          f"({figs['unit']})")
     memory = report.get("server_memory", {})
     if "total_rss_mib" in memory:
-        lines.append(f"server memory: {memory['total_rss_mib']} MiB resident "
+        lines.append(f"server memory: {memory.get('resident_mib')} MiB resident "
+                     f"(distinct pages), {memory['total_rss_mib']} MiB RSS summed "
                      f"({memory['total_pss_mib']} MiB proportional), "
                      f"{memory['stub_processes']} stub processes")
     for model, figs in report.get("batching_ceiling_in_process", {}).items():
