@@ -660,14 +660,18 @@ class Bench:
         return self.scenarios[name]
 
     # -- model control ----------------------------------------------------------
+    @property
+    def admin_headers(self) -> dict[str, str] | None:
+        """gRPC headers for the model-control API: a restricted protocol
+        (--grpc-restricted-protocol) takes its key here."""
+        return {"triton-grpc-protocol-admin-key": self.admin_key} if self.admin_key else None
+
     def load_variant(self, model: str, batching: bool) -> None:
         """Reload ``model`` with its shipped config, or with that config less its
         ``dynamic_batching`` (an override config through the model-control API)."""
         import tritonclient.grpc as grpcclient
 
-        # A gRPC restricted protocol (--grpc-restricted-protocol) takes its key here.
-        headers = {"triton-grpc-protocol-admin-key": self.admin_key} if self.admin_key \
-            else None
+        headers = self.admin_headers
         client = grpcclient.InferenceServerClient(self.grpc_url)
         stubs_before = self.stubs_of(model)
         try:
@@ -697,10 +701,10 @@ class Bench:
         """How many stub processes serve instances of ``model`` (0 with --url)."""
         if self.server_pid is None:
             return 0
-        prefix = f"{model}_"
-        return sum(1 for pid in _children(self.server_pid)
-                   if _stub_instance(pid).startswith(prefix)
-                   and _stub_instance(pid)[len(prefix):].replace("_", "").isdigit())
+        prefix = f"{model}_"  # instances are named "<model>_<group>_<index>"
+        instances = (_stub_instance(pid) for pid in _children(self.server_pid))
+        return sum(1 for name in instances if name.startswith(prefix)
+                   and name[len(prefix):].replace("_", "").isdigit())
 
     def wait_for_old_stubs(self, model: str, expected: int, timeout_s: float = 30.0) -> None:
         """After a reload, wait until the old instances' stubs have exited, so that the

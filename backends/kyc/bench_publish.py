@@ -44,7 +44,7 @@ def first_request_after_publish(bench: Bench, model: str, name: str, payload: np
     from kyc.repo.check import version_dirs
     from kyc.repo.publish import publish
 
-    headers = {"triton-grpc-protocol-admin-key": bench.admin_key} if bench.admin_key else None
+    headers = bench.admin_headers
     client = grpcclient.InferenceServerClient(bench.grpc_url)
 
     def once() -> float:
