@@ -7,33 +7,45 @@ BIN := $(VENV)/bin
 REPOSITORY ?= model_repository
 PYTEST_ARGS ?=
 
-.PHONY: setup deps models serve test lint unit integration check clean
+.PHONY: setup deps models serve test lint unit integration check clean lock
 
 ## setup: idempotent; .venv, Debian packages, the project, default model weights
 setup: deps models
 
 deps: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml constraints.txt scripts/system-deps.sh
+PYVER := $(shell $(PYTHON) -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+PIP := $(BIN)/python -m pip install -q --disable-pip-version-check
+
+# Every dependency comes from locks/ (exact versions and sha256 hashes; `make lock`
+# regenerates them); the project itself is installed without dependencies.
+$(VENV)/.installed: pyproject.toml constraints.txt locks/dev-py$(PYVER).lock locks/triton.lock scripts/system-deps.sh
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python >= 3.10 is required")'
-	bash scripts/system-deps.sh "$$($(PYTHON) -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
+	@test -f locks/dev-py$(PYVER).lock || { echo "no lock for Python $(PYVER) in locks/" >&2; exit 1; }
+	bash scripts/system-deps.sh $(PYVER)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev,bench]'
+	$(PIP) --require-hashes -r locks/dev-py$(PYVER).lock
+	$(PIP) --no-deps -e .
 	@# The wheel's own Python dependencies are not needed to run its server binary.
-	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -c constraints.txt nvidia-pytriton
+	$(PIP) --no-deps --require-hashes -r locks/triton.lock
 	touch $@
+
+## lock: regenerate locks/ after a change to pyproject.toml or constraints.txt
+lock:
+	bash scripts/lock.sh
 
 # PyTorch for `kyc models arcface` and its tests; not part of setup (the image has no torch).
 $(VENV)/.installed-arcface: $(VENV)/.installed
-	$(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev,bench,arcface]'
+	@# torch (pinned in pyproject's arcface extra) is not in locks/: pip takes the CPU
+	@# build from the machine's local wheels; everything else is already installed.
+	$(PIP) -c constraints.txt -e '.[dev,bench,arcface]'
 	touch $@
 
 # The OCR peer `kyc bench` compares document reading with; not part of setup.
 # --no-deps: it requires opencv-python, which clashes with opencv-python-headless
-# (same cv2 module, already installed); its other requirements are listed here.
-PEERS := rapidocr-onnxruntime shapely PyYAML six tqdm
-$(VENV)/.installed-peers: $(VENV)/.installed constraints.txt
-	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -c constraints.txt $(PEERS)
+# (same cv2 module, already installed); locks/peers.lock lists its other requirements.
+$(VENV)/.installed-peers: $(VENV)/.installed locks/peers.lock
+	$(PIP) --no-deps --require-hashes -r locks/peers.lock
 	$(BIN)/python -c 'import rapidocr_onnxruntime'
 	touch $@
 
