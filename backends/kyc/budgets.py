@@ -7,11 +7,37 @@ are far below that cap: on a CPU batching saves almost no compute (``kyc bench``
 measures the ceiling), so waiting for a batch would add latency and buy nothing;
 the cap is what a GPU deployment may raise them to. ``kyc bench`` also reports
 each model's measured queue time against its cap.
+
+Overload: a dynamically batched model can shed instead of queueing without bound,
+with ``dynamic_batching.default_queue_policy { timeout_action: REJECT ... }``. One
+rule gives its timeout (:func:`queue_timeout_us`, rendered by
+:func:`with_queue_policy`):
+
+    queue timeout = QUEUE_SHARE x step budget / number of the step's batched models
+
+so a step's queue allowance (30% of its budget) is split evenly over the models a
+request passes through in that step, the sum along the path never exceeds the
+allowance, and 70% of the budget is left for compute. Why a share and not "budget
+minus measured compute": on the 2-core CPU the OCR step's compute alone (about 1 s
+a page) already fills its 1000 ms budget, so that rule would leave no queue at all;
+on a GPU the compute is a few ms and the share is what queueing may use. A request
+refused this way gets gRPC UNAVAILABLE ("Request timeout expired", or "Exceeds
+maximum queue size" past ``max_queue_size``), which the client SDK retries.
+
+The SHIPPED configs do not carry the policy yet (measured, docs/_fragments/
+overload-soak.md): in Triton 2.51 any queue policy disables the batcher's
+prefetching, and its wait for a free instance then loses wake-ups (core
+``DynamicBatchScheduler::WaitForPayloadSlotAvailable`` waits on ``cv_`` under a
+private mutex): about 1 idle request in 13 stalls 500 ms and, with a timeout under
+500 ms, is rejected; and a burst of 16 requests (two CPU batches) has its second
+batch rejected. The overload test applies the policy to its own copy. The sequence
+batcher (``liveness_sequence``) has no queue policy in Triton 2.51.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 SLA_MS = 8000.0
@@ -37,11 +63,81 @@ STEP_OF: Mapping[str, str] = {
     "kyc_decision": "antifraud",
 }
 
+# models under the sequence batcher, which has no queue policy (Triton 2.51)
+SEQUENCE_MODELS = frozenset({"liveness_sequence"})
+
 
 def queue_cap_us(model: str) -> float | None:
     """The most a model may hold a request to batch, in microseconds (None: no step)."""
     step = STEP_OF.get(model)
     return None if step is None else BUDGETS_MS[step] * QUEUE_SHARE * 1000.0
+
+
+def queue_timeout_us(model: str) -> int | None:
+    """The queue timeout the rule above gives ``model``, in microseconds (None: the
+    model has no step, or is not dynamically batched)."""
+    step = STEP_OF.get(model)
+    if step is None or model in SEQUENCE_MODELS:
+        return None
+    batched = [m for m, s in STEP_OF.items() if s == step and m not in SEQUENCE_MODELS]
+    return int(BUDGETS_MS[step] * QUEUE_SHARE * 1000.0 / len(batched))
+
+
+@dataclass(frozen=True)
+class QueuePolicy:
+    """A model's ``dynamic_batching.default_queue_policy`` as configured."""
+
+    timeout_action: str  # "REJECT" or "DELAY"
+    timeout_us: int  # 0: no timeout
+    max_queue_size: int  # 0: unbounded
+    allow_timeout_override: bool
+
+
+def configured_queue_policy(repository: Path, model: str) -> QueuePolicy | None:
+    """The model's default queue policy (None: no dynamic batcher or no policy)."""
+    from kyc.repo.config import load_config
+
+    config = load_config(repository / model / "config.pbtxt")
+    if not (config.HasField("dynamic_batching")
+            and config.dynamic_batching.HasField("default_queue_policy")):
+        return None
+    policy = config.dynamic_batching.default_queue_policy
+    action = type(policy).TimeoutAction.Name(policy.timeout_action)
+    return QueuePolicy(action, int(policy.default_timeout_microseconds),
+                       int(policy.max_queue_size), bool(policy.allow_timeout_override))
+
+
+MAX_QUEUE_SIZE = 64  # hard bound besides the timeout: 8 full batches
+
+
+def queue_policy_text(model: str) -> str:
+    """The ``default_queue_policy`` block the rule gives ``model`` (pbtxt)."""
+    timeout = queue_timeout_us(model)
+    if timeout is None:
+        raise ValueError(f"{model}: no dynamically batched step, no queue policy")
+    return ("  default_queue_policy {\n"
+            "    timeout_action: REJECT\n"
+            f"    default_timeout_microseconds: {timeout}\n"
+            "    allow_timeout_override: false\n"
+            f"    max_queue_size: {MAX_QUEUE_SIZE}\n"
+            "  }\n")
+
+
+def with_queue_policy(config_text: str, model: str) -> str:
+    """``config_text`` with the rule's queue policy in its ``dynamic_batching`` block."""
+    start = config_text.find("dynamic_batching {")
+    if start < 0:
+        raise ValueError(f"{model}: no dynamic_batching block")
+    if "default_queue_policy" in config_text:
+        raise ValueError(f"{model}: already has a default_queue_policy")
+    depth, index = 0, start
+    while True:  # the block's closing brace
+        char = config_text[index]
+        depth += (char == "{") - (char == "}")
+        if char == "}" and depth == 0:
+            break
+        index += 1
+    return config_text[:index] + queue_policy_text(model) + config_text[index:]
 
 
 def configured_queue_delay_us(repository: Path, model: str) -> int | None:

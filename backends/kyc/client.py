@@ -9,16 +9,28 @@ Images are paths or encoded bytes (JPEG, PNG, WebP). Errors are typed:
 :class:`KycInputError` (the server refused this request's input, e.g. an
 undecodable image), :class:`KycTimeoutError`, :class:`KycUnavailableError` (no
 server, or not ready), :class:`KycServerError` (anything else the server said).
+
+Retries: ``verify`` and ``find_face`` are stateless and idempotent, so the SDK
+retries them when the server answers UNAVAILABLE (a request shed by a model's queue
+policy under overload, a server not ready yet, a connection refused), with
+exponential backoff and jitter, within an overall deadline (:class:`RetryPolicy`;
+``retry=NO_RETRY`` turns it off). Nothing else is retried: not bad input
+(INVALID_ARGUMENT), not a timeout (the work may still be running), not an internal
+error. A liveness session is NEVER retried: its frames are stateful on the server,
+so a failed session raises and the app must start a new one from START.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import random
+import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -60,6 +72,78 @@ def _translate(exc: Exception) -> KycError:
     if "UNAVAILABLE" in status or "failed to connect" in str(message).lower():
         return KycUnavailableError(message)
     return KycServerError(message)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """When and how long to wait before trying a safe request again.
+
+    ``attempts`` tries in all (1: never retry). Before try k+1 (k >= 1) it waits a
+    random time in [cap/2, cap], cap = min(max_delay_s, base_delay_s * 2**(k-1))
+    ("equal jitter": the waits grow, and clients shed together do not come back
+    together). It gives up with the last error when the tries are spent or when the
+    next wait would end past ``deadline_s`` after the first try (None: no deadline).
+    """
+
+    attempts: int = 4
+    base_delay_s: float = 0.1
+    max_delay_s: float = 2.0
+    deadline_s: float | None = 10.0
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1 or self.base_delay_s < 0 or self.max_delay_s < self.base_delay_s:
+            raise ValueError(f"invalid retry policy: {self}")
+
+    def delay_s(self, retry: int, rng: Callable[[], float] = random.random) -> float:
+        """The wait before retry number ``retry`` (1 for the first retry)."""
+        cap = min(self.max_delay_s, self.base_delay_s * 2.0 ** (retry - 1))
+        return cap / 2.0 + rng() * cap / 2.0
+
+
+NO_RETRY = RetryPolicy(attempts=1)
+DEFAULT_RETRY = RetryPolicy()
+RETRYABLE: tuple[type[KycError], ...] = (KycUnavailableError,)
+T = TypeVar("T")
+
+
+def _next_wait(policy: RetryPolicy, tries: int, error: KycError, started: float,
+               clock: Callable[[], float], rng: Callable[[], float]) -> float:
+    """The wait before the next try, or raise ``error`` when there is none."""
+    if not isinstance(error, RETRYABLE) or tries >= policy.attempts:
+        raise error
+    wait = policy.delay_s(tries, rng)
+    if policy.deadline_s is not None and clock() + wait - started > policy.deadline_s:
+        raise error
+    return wait
+
+
+def call_with_retries(call: Callable[[], T], policy: RetryPolicy, *,
+                      sleep: Callable[[float], None] = time.sleep,
+                      clock: Callable[[], float] = time.monotonic,
+                      rng: Callable[[], float] = random.random) -> T:
+    """``call()`` (which raises :class:`KycError`), tried again per ``policy``."""
+    started, tries = clock(), 0
+    while True:
+        tries += 1
+        try:
+            return call()
+        except KycError as error:
+            wait = _next_wait(policy, tries, error, started, clock, rng)
+        sleep(wait)
+
+
+async def acall_with_retries(call: Callable[[], Awaitable[T]], policy: RetryPolicy, *,
+                             clock: Callable[[], float] = time.monotonic,
+                             rng: Callable[[], float] = random.random) -> T:
+    """The asyncio form of :func:`call_with_retries`."""
+    started, tries = clock(), 0
+    while True:
+        tries += 1
+        try:
+            return await call()
+        except KycError as error:
+            wait = _next_wait(policy, tries, error, started, clock, rng)
+        await asyncio.sleep(wait)
 
 
 def _bytes(image: Image) -> bytes:
@@ -124,31 +208,36 @@ class KycClient:
     """Blocking client; one per thread (or share it: tritonclient's gRPC client is
     thread-safe for infer)."""
 
-    def __init__(self, url: str = "localhost:8001", timeout_s: float = DEFAULT_TIMEOUT_S):
+    def __init__(self, url: str = "localhost:8001", timeout_s: float = DEFAULT_TIMEOUT_S,
+                 retry: RetryPolicy = DEFAULT_RETRY):
         import tritonclient.grpc as grpcclient
 
-        self.url, self.timeout_s, self._grpc = url, timeout_s, grpcclient
+        self.url, self.timeout_s, self.retry, self._grpc = url, timeout_s, retry, grpcclient
         self._client = grpcclient.InferenceServerClient(url)
+
+    def _infer(self, model: str, inputs: list) -> Any:
+        """One idempotent request, retried per ``self.retry``."""
+
+        def once() -> Any:
+            try:
+                return self._client.infer(model, inputs, client_timeout=self.timeout_s)
+            except Exception as exc:
+                raise _translate(exc) from None
+
+        return call_with_retries(once, self.retry)
 
     def verify(self, document: Image, selfie: Image, liveness_token: bytes = b"") -> Verification:
         """``kyc_ensemble`` on one document photo, one selfie and a liveness token (empty:
-        no liveness done, which is never approved)."""
+        no liveness done, which is never approved). Retried when shed (UNAVAILABLE)."""
         inputs = _verify_inputs(self._grpc, document, selfie, liveness_token)
-        try:
-            result = self._client.infer(ENTRY_MODEL, inputs, client_timeout=self.timeout_s)
-        except Exception as exc:
-            raise _translate(exc) from None
-        return Verification.from_result(result)
+        return Verification.from_result(self._infer(ENTRY_MODEL, inputs))
 
     def find_face(self, image: Image) -> dict:
         """``face_preprocess`` on one image: ``found``, ``box`` (x1, y1, x2, y2 in the
-        image as displayed, EXIF applied), ``faces`` and ``quality``."""
+        image as displayed, EXIF applied), ``faces`` and ``quality``. Retried when shed."""
         tensor = self._grpc.InferInput("IMAGE", [1, 1], "BYTES")
         tensor.set_data_from_numpy(np.array([[_bytes(image)]], dtype=np.object_))
-        try:
-            result = self._client.infer("face_preprocess", [tensor], client_timeout=self.timeout_s)
-        except Exception as exc:
-            raise _translate(exc) from None
+        result = self._infer("face_preprocess", [tensor])
         return {"found": bool(result.as_numpy("FACE_FOUND")[0, 0]),
                 "box": [float(v) for v in result.as_numpy("BOX")[0]],
                 "faces": int(result.as_numpy("NUM_FACES")[0, 0]),
@@ -159,7 +248,9 @@ class KycClient:
                          on_reply: Callable[[int, int, LivenessReply], None] | None = None
                          ) -> LivenessSession:
         """START, ``film(challenge)`` -> frames, stream them, END with the last.
-        ``on_reply(k, n, reply)`` sees every frame's reply as it comes (progress)."""
+        ``on_reply(k, n, reply)`` sees every frame's reply as it comes (progress).
+        Never retried (the session's state lives on the server): on an error, start
+        a new session from START."""
         replies = [_checked(r) for r in run_session(self.url, film, sequence_id, on_reply)]
         if len(replies) == 1:
             raise KycInputError("no frames to send")
@@ -184,24 +275,31 @@ def _checked(reply: LivenessReply | Exception) -> LivenessReply:
 class AsyncKycClient:
     """asyncio client (tritonclient.grpc.aio)."""
 
-    def __init__(self, url: str = "localhost:8001", timeout_s: float = DEFAULT_TIMEOUT_S):
+    def __init__(self, url: str = "localhost:8001", timeout_s: float = DEFAULT_TIMEOUT_S,
+                 retry: RetryPolicy = DEFAULT_RETRY):
         import tritonclient.grpc as grpcclient
         import tritonclient.grpc.aio as aioclient
 
-        self.url, self.timeout_s, self._grpc = url, timeout_s, grpcclient
+        self.url, self.timeout_s, self.retry, self._grpc = url, timeout_s, retry, grpcclient
         self._client = aioclient.InferenceServerClient(url)
 
     async def verify(self, document: Image, selfie: Image,
                      liveness_token: bytes = b"") -> Verification:
+        """As :meth:`KycClient.verify` (retried when shed)."""
         inputs = _verify_inputs(self._grpc, document, selfie, liveness_token)
-        try:
-            result = await self._client.infer(ENTRY_MODEL, inputs, client_timeout=self.timeout_s)
-        except Exception as exc:
-            raise _translate(exc) from None
-        return Verification.from_result(result)
+
+        async def once() -> Any:
+            try:
+                return await self._client.infer(ENTRY_MODEL, inputs,
+                                                client_timeout=self.timeout_s)
+            except Exception as exc:
+                raise _translate(exc) from None
+
+        return Verification.from_result(await acall_with_retries(once, self.retry))
 
     async def liveness_session(self, film: Callable[[dict], Sequence[bytes]],
                                sequence_id: int | str | None = None) -> LivenessSession:
+        """As :meth:`KycClient.liveness_session`: never retried."""
         sid = sequence_id if sequence_id is not None else uuid.uuid4().hex
         start = await self._one(sid, b"", start=True)
         frames = list(film(start.status["challenge"]))

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import pytest
+
 from kyc.budgets import (
     BUDGETS_MS,
+    MAX_QUEUE_SIZE,
     QUEUE_SHARE,
+    SEQUENCE_MODELS,
     SLA_MS,
     STEP_OF,
+    QueuePolicy,
     configured_queue_delay_us,
+    configured_queue_policy,
     queue_against_budget,
     queue_cap_us,
+    queue_timeout_us,
+    with_queue_policy,
 )
 from kyc.repo.config import load_config
 from kyc_testing import SHIPPED_REPOSITORY
@@ -38,3 +46,53 @@ def test_measured_queue_times_are_judged_against_the_cap():
                                    "kyc_ensemble": {"queue_us": 1.0}})
     assert judged == {"face_embedding": {"queue_ms": 95.0, "cap_ms": 90.0, "within": False},
                       "ocr_rec": {"queue_ms": 12.0, "cap_ms": 300.0, "within": True}}
+
+
+
+def policies_by_the_rule(tmp_path) -> dict[str, QueuePolicy | None]:
+    """Every shipped config with the rule's policy applied, as Triton would read it."""
+    out = {}
+    for model in STEP_OF:
+        config = (SHIPPED_REPOSITORY / model / "config.pbtxt").read_text()
+        (tmp_path / model).mkdir()
+        if model not in SEQUENCE_MODELS:
+            config = with_queue_policy(config, model)
+        (tmp_path / model / "config.pbtxt").write_text(config)
+        out[model] = configured_queue_policy(tmp_path, model)
+    return out
+
+
+def test_the_rule_gives_every_dynamically_batched_model_a_reject_policy_within_its_share(
+        tmp_path):
+    policies = policies_by_the_rule(tmp_path)
+    for model in set(STEP_OF) - SEQUENCE_MODELS:
+        policy = policies[model]
+        assert policy == QueuePolicy("REJECT", queue_timeout_us(model), MAX_QUEUE_SIZE, False)
+        # a batch may be held to fill it only well within the time it may queue
+        assert configured_queue_delay_us(tmp_path, model) < policy.timeout_us, model
+    assert policies["liveness_sequence"] is None
+
+
+def test_the_queue_timeouts_of_a_steps_models_add_up_to_at_most_its_queue_share(tmp_path):
+    policies = policies_by_the_rule(tmp_path)
+    for step, budget in BUDGETS_MS.items():
+        models = [m for m, s in STEP_OF.items() if s == step and m not in SEQUENCE_MODELS]
+        total = sum(policies[m].timeout_us for m in models)
+        assert total <= budget * QUEUE_SHARE * 1000 <= budget * 1000, step
+
+
+def test_the_queue_timeout_rule_splits_the_steps_share_evenly():
+    assert queue_timeout_us("face_preprocess") == 300 * QUEUE_SHARE * 1000 / 3
+    assert queue_timeout_us("ocr_rec") == 1000 * QUEUE_SHARE * 1000 / 4
+    assert queue_timeout_us("kyc_decision") == queue_timeout_us("antifraud")
+    assert queue_timeout_us("liveness_sequence") is None
+    assert queue_timeout_us("kyc_ensemble") is None
+
+
+def test_a_policy_is_not_added_twice_nor_to_a_model_without_a_dynamic_batcher(tmp_path):
+    config = (SHIPPED_REPOSITORY / "face_preprocess" / "config.pbtxt").read_text()
+    with pytest.raises(ValueError, match="already"):
+        with_queue_policy(with_queue_policy(config, "face_preprocess"), "face_preprocess")
+    liveness = (SHIPPED_REPOSITORY / "liveness_sequence" / "config.pbtxt").read_text()
+    with pytest.raises(ValueError):
+        with_queue_policy(liveness, "liveness_sequence")
