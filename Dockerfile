@@ -19,15 +19,18 @@ RUN make setup \
 
 # ---- final: Triton with the project's package and the repository ----
 FROM ${TRITON_IMAGE}
-COPY constraints.txt /tmp/constraints.txt
+COPY locks/runtime-py3.10.lock /tmp/runtime.lock
 COPY --from=build /dist/ /tmp/dist/
-# numpy<2 is pinned by the package: numpy 2 makes this Python backend answer
-# with empty outputs.
-RUN python3 -m pip install --no-cache-dir -c /tmp/constraints.txt /tmp/dist/*.whl \
-    && rm -rf /tmp/dist /tmp/constraints.txt
+# The runtime dependencies from the hash lock (the image runs Python 3.10); numpy<2
+# is pinned: numpy 2 makes this Python backend answer with empty outputs.
+RUN python3 -m pip install --no-cache-dir --require-hashes -r /tmp/runtime.lock \
+    && python3 -m pip install --no-cache-dir --no-deps /tmp/dist/*.whl \
+    && rm -rf /tmp/dist /tmp/runtime.lock
 COPY --from=build --chown=1000:1000 /src/model_repository /models
 ENV KYC_TRITON_HOME=/opt/tritonserver
-# Set KYC_ADMIN_KEY to use the model-repository API; without it the API is locked.
+# Production mode: refuses to start without KYC_ADMIN_KEY (>= 16 characters: it
+# unlocks the model-repository, shared-memory, trace and logging APIs) and a token key.
+ENV KYC_PRODUCTION=1
 # uid 1000 is the image's unprivileged triton-server user.
 USER 1000:1000
 EXPOSE 8000 8001 8002
@@ -35,4 +38,4 @@ HEALTHCHECK --interval=15s --timeout=5s --start-period=180s --retries=3 \
     CMD ["kyc", "health", "--url", "127.0.0.1:8000"]
 # Liveness tokens are sealed with KYC_TOKEN_KEY (base64 of 32 random bytes) or
 # KYC_TOKEN_KEY_FILE (e.g. a mounted secret); every replica needs the same key.
-ENTRYPOINT ["kyc", "serve", "--model-repository", "/models", "--triton-home", "/opt/tritonserver", "--require-token-key"]
+ENTRYPOINT ["kyc", "serve", "--model-repository", "/models", "--triton-home", "/opt/tritonserver", "--production"]

@@ -57,6 +57,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
             )
             return 1
     admin_key = os.environ.get(args.admin_key_env) or None
+    production = args.production or os.environ.get("KYC_PRODUCTION", "") in ("1", "true")
+    if production:
+        from kyc.runtime.server import production_problems
+
+        problems = production_problems(admin_key, dict(os.environ))
+        if problems:
+            for problem in problems:
+                print(f"kyc serve --production: {problem}", file=sys.stderr)
+            return 1
     options = ServerOptions(
         model_repository=repository,
         http_port=args.http_port,
@@ -66,7 +75,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         poll_secs=args.poll_secs,
         admin_key=admin_key,
         log_verbose=args.log_verbose,
-        require_token_key=args.require_token_key,
+        require_token_key=args.require_token_key or production,
+        production=production,
     )
     server = TritonServer(options, triton_home=args.triton_home, log_file=args.log_file)
 
@@ -126,6 +136,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         + f"\n  repository {repository} (poll mode, every {options.poll_secs} s)\n"
         f"  model-repository API: "
         + (f"key from ${args.admin_key_env}" if admin_key else "locked (no key set)")
+        + (f"\n  production: {options.restricted_apis} APIs need the key" if production else "")
         + "\nPress Ctrl-C to stop.",
         flush=True,
     )
@@ -283,6 +294,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="refuse to start without KYC_TOKEN_KEY or KYC_TOKEN_KEY_FILE (the liveness "
              "token key); without this flag a key file is created on first start "
              "(~/.config/kyc/token.key)")
+    serve.add_argument(
+        "--production", action="store_true",
+        help="refuse to start without KYC_ADMIN_KEY (>= 16 characters) and a token key; "
+             "the shared-memory, trace and logging APIs need the admin key too "
+             "(also set by KYC_PRODUCTION=1; the image's mode)")
     serve.set_defaults(func=cmd_serve)
 
     repo = sub.add_parser("repo", help="model repository tools").add_subparsers(

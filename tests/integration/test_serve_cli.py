@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import signal
@@ -9,10 +10,16 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
 
+from kyc.liveness.token import create_key_file
 from kyc.runtime.server import SHM_DIR, free_port, is_ready
 from kyc_testing import build_tiny_repository
 
@@ -22,15 +29,17 @@ KYC = [sys.executable, "-m", "kyc.cli"]
 
 
 class ServeProcess:
-    def __init__(self, repository: Path, tmp_path: Path) -> None:
+    def __init__(self, repository: Path, tmp_path: Path, *extra: str,
+                 env: dict[str, str] | None = None) -> None:
         self.ports = {"http": free_port(), "grpc": free_port(), "metrics": free_port()}
         self.log = tmp_path / "serve.log"
         self.proc = subprocess.Popen(
             [*KYC, "serve", "--model-repository", str(repository),
              "--http-port", str(self.ports["http"]), "--grpc-port", str(self.ports["grpc"]),
              "--metrics-port", str(self.ports["metrics"]), "--address", "127.0.0.1",
-             "--log-file", str(self.log)],
+             "--log-file", str(self.log), *extra],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, **(env or {})},
         )
         self.out: list[str] = []
         self.lines: queue.Queue[str] = queue.Queue()
@@ -138,3 +147,82 @@ def test_serve_refuses_to_start_on_a_repository_that_would_wedge_the_server(repo
     assert result.returncode == 1
     assert "echo/2/model.py: missing" in result.stderr
     assert "not starting" in result.stderr
+
+
+# -- production mode -------------------------------------------------------------------
+ADMIN_KEY = "a-long-enough-admin-key-1234"
+
+
+@pytest.fixture
+def keys(tmp_path):
+    """The environment of a production server: an admin key and a token key file."""
+    token_file = create_key_file(tmp_path / "token.key")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KYC_")}
+    return {**env, "KYC_ADMIN_KEY": ADMIN_KEY, "KYC_TOKEN_KEY_FILE": str(token_file)}
+
+
+@pytest.mark.parametrize(("drop", "override", "message"), [
+    ("KYC_ADMIN_KEY", {}, "no model-repository API key"),
+    (None, {"KYC_ADMIN_KEY": "short"}, "shorter than 16 characters"),
+    ("KYC_TOKEN_KEY_FILE", {}, "no liveness token key"),
+])
+def test_production_refuses_to_start_without_each_key(repository, keys, drop, override, message):
+    env = {k: v for k, v in {**keys, **override}.items() if k != drop}
+    for how, extra_env in ((["--production"], {}), ([], {"KYC_PRODUCTION": "1"})):
+        result = subprocess.run([*KYC, "serve", "--model-repository", str(repository),
+                                 "--http-port", str(free_port()), *how],
+                                capture_output=True, text=True, timeout=60,
+                                env={**env, **extra_env})
+        assert result.returncode == 1
+        assert message in result.stderr
+        assert "ready in" not in result.stdout
+
+
+def _http(url: str, method: str = "GET", key: str | None = None, body: bytes = b"") -> int:
+    headers = {"admin-key": key} if key else {}
+    request = urllib.request.Request(url, data=body if method == "POST" else None,
+                                     method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_production_locks_repository_and_shared_memory_apis_and_serves_inference(
+    repository, tmp_path, keys
+):
+    process = ServeProcess(repository, tmp_path, "--production", env=keys)
+    try:
+        banner = process.wait_for_line("production:")
+        assert "shared-memory" in banner and "model-repository" in banner
+        base = f"http://{process.http_url}/v2"
+        register = json.dumps({"key": "/kyc_probe", "offset": 0, "byte_size": 64}).encode()
+        for method, path, body in (
+            ("POST", "/repository/index", b"{}"),
+            ("POST", "/repository/models/echo/unload", b"{}"),
+            ("GET", "/systemsharedmemory/status", b""),
+            ("POST", "/systemsharedmemory/region/probe/register", register),
+            ("GET", "/logging", b""),
+            ("GET", "/trace/setting", b""),
+        ):
+            assert _http(base + path, method, body=body) == 403, path
+            assert _http(base + path, method, body=body, key="wrong-" + ADMIN_KEY) == 403, path
+        assert _http(base + "/repository/index", "POST", key=ADMIN_KEY, body=b"{}") == 200
+        assert _http(base + "/systemsharedmemory/status", key=ADMIN_KEY) == 200
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{process.ports['grpc']}")
+        try:
+            with pytest.raises(InferenceServerException, match="admin-key"):
+                client.get_system_shared_memory_status()
+            assert client.get_system_shared_memory_status(
+                headers={"triton-grpc-protocol-admin-key": ADMIN_KEY}) \
+                is not None
+            values = grpcclient.InferInput("VALUES", [1, 2], "FP32")
+            values.set_data_from_numpy(np.array([[1.0, 2.0]], np.float32))
+            result = client.infer("pipe", [values])  # inference needs no key
+            assert result.as_numpy("RESULT").tolist() == [[2.0, 4.0]]
+        finally:
+            client.close()
+        assert _http(base + "/health/ready") == 200
+    finally:
+        process.close()

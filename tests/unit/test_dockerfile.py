@@ -60,6 +60,14 @@ def test_entrypoint_is_kyc_serve_on_the_system_triton_and_parses():
     args = build_parser().parse_args(argv[1:])
     assert str(args.triton_home) == "/opt/tritonserver"
     assert str(args.model_repository) == "/models"
+    assert args.production, "the image serves in production mode (keys required)"
+
+
+def test_final_stage_installs_its_dependencies_from_the_hash_lock_of_python_3_10():
+    final = DOCKERFILE.read_text().split("FROM ${TRITON_IMAGE}\n", 1)[1]
+    assert "COPY locks/runtime-py3.10.lock" in final
+    assert "--require-hashes -r /tmp/runtime.lock" in final
+    assert "--no-deps /tmp/dist/*.whl" in final
 
 
 def test_healthcheck_asks_kyc_health_for_readiness():

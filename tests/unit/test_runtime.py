@@ -11,6 +11,7 @@ import pytest
 from kyc.runtime.server import (
     ServerOptions,
     TritonServer,
+    production_problems,
     remove_shm_regions,
     remove_stale_shm_regions,
 )
@@ -140,3 +141,32 @@ def test_python_models_are_precompiled_before_the_server_sees_them(tmp_path):
     precompile_python_models(tmp_path)
     assert list((version / "__pycache__").glob("model.*.pyc"))
     precompile_python_models(tmp_path / "missing")  # nothing there: no error
+
+
+def test_production_locks_shared_memory_trace_and_logging_apis_with_the_admin_key(
+    assembled, tmp_path
+):
+    server = TritonServer(ServerOptions(tmp_path, admin_key="k" * 20, production=True))
+    server.install = assembled
+    apis = "model-repository,shared-memory,trace,logging"
+    cmd = server.command()
+    assert f"--http-restricted-api={apis}:admin-key={'k' * 20}" in cmd
+    assert f"--grpc-restricted-protocol={apis}:admin-key={'k' * 20}" in cmd
+    assert "inference" not in apis and "health" not in apis
+
+
+@pytest.mark.parametrize(("admin_key", "env", "problems"), [
+    ("k" * 16, {"KYC_TOKEN_KEY": "x"}, []),
+    ("k" * 16, {"KYC_TOKEN_KEY_FILE": "/run/secrets/token"}, []),
+    (None, {"KYC_TOKEN_KEY": "x"}, ["no model-repository API key"]),
+    ("short", {"KYC_TOKEN_KEY": "x"}, ["shorter than 16"]),
+    ("k" * 16, {}, ["no liveness token key"]),
+    (None, {}, ["no model-repository API key", "no liveness token key"]),
+])
+def test_production_refuses_a_missing_or_short_admin_key_and_a_missing_token_key(
+    admin_key, env, problems
+):
+    found = production_problems(admin_key, env)
+    assert len(found) == len(problems)
+    for line, expected in zip(found, problems, strict=True):
+        assert expected in line

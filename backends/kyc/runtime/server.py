@@ -37,6 +37,13 @@ SHM_DIR = Path("/dev/shm")
 _SHM_PREFIX_RE = re.compile(r"^kyc_(\d+)_[0-9a-f]{6}_")
 
 
+# Locked by the admin key in production: loading models, client-registered shared
+# memory (a client could map server memory), tracing and log settings. Left open:
+# health, metadata, inference, model-config, statistics (timings only; `kyc bench`).
+PRODUCTION_RESTRICTED = ("model-repository", "shared-memory", "trace", "logging")
+MIN_ADMIN_KEY_CHARS = 16
+
+
 class ServerError(RuntimeError):
     """The server failed to start, or stopped on its own."""
 
@@ -45,6 +52,22 @@ def default_token_key_file() -> Path:
     """``$XDG_CONFIG_HOME/kyc/token.key`` (``~/.config/kyc/token.key``)."""
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "kyc" / "token.key"
+
+
+def production_problems(admin_key: str | None, env: dict[str, str]) -> list[str]:
+    """Why a production server must not start: one line per missing or weak key."""
+    from kyc.liveness.token import ENV_KEY, ENV_KEY_FILE
+
+    problems = []
+    if not admin_key:
+        problems.append("no model-repository API key: set KYC_ADMIN_KEY (at least "
+                        f"{MIN_ADMIN_KEY_CHARS} characters)")
+    elif len(admin_key) < MIN_ADMIN_KEY_CHARS:
+        problems.append(f"the model-repository API key is shorter than {MIN_ADMIN_KEY_CHARS} "
+                        "characters")
+    if not env.get(ENV_KEY) and not env.get(ENV_KEY_FILE):
+        problems.append(f"no liveness token key: set {ENV_KEY} or {ENV_KEY_FILE}")
+    return problems
 
 
 def token_key_environment(env: dict[str, str], options: ServerOptions) -> dict[str, str]:
@@ -92,6 +115,14 @@ class ServerOptions:
     # file is created on first start (token_key_file).
     require_token_key: bool = False
     token_key_file: Path | None = None
+    # Production (`kyc serve --production`, the image): besides the model-repository
+    # API, the shared-memory, trace and logging APIs need the admin key too.
+    production: bool = False
+
+    @property
+    def restricted_apis(self) -> str:
+        """The APIs that need the admin key (Triton's restricted-API categories)."""
+        return ",".join(PRODUCTION_RESTRICTED if self.production else ("model-repository",))
 
     @property
     def client_host(self) -> str:
@@ -249,8 +280,8 @@ class TritonServer:
             f"--exit-timeout-secs={opts.exit_timeout_secs}",
             f"--log-verbose={opts.log_verbose}",
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
-            f"--http-restricted-api=model-repository:admin-key={key}",
-            f"--grpc-restricted-protocol=model-repository:admin-key={key}",
+            f"--http-restricted-api={opts.restricted_apis}:admin-key={key}",
+            f"--grpc-restricted-protocol={opts.restricted_apis}:admin-key={key}",
         ]
         if self.install.cache_dir is not None:
             cmd.append(f"--cache-directory={self.install.cache_dir}")
