@@ -12,6 +12,7 @@ from kyc.liveness.challenge import draw_challenge, events, parse_moves, progress
 from kyc.liveness.session import Frame, LivenessSettings, Session, judge
 from kyc.liveness.store import SessionLimitError, SessionStore
 from kyc.liveness.token import (
+    MAX_TOKEN_BYTES,
     LivenessClaims,
     TokenError,
     TokenKeyError,
@@ -187,6 +188,14 @@ def test_altered_foreign_expired_or_garbage_tokens_are_refused():
     for junk in (b"", b"kyc1.", b"kyc1.!!!", b"nope", "é".encode()):
         with pytest.raises(TokenError):
             sealer.open(junk)
+
+
+def test_a_token_longer_than_the_cap_is_refused_before_it_is_decoded():
+    sealer = TokenSealer(b"k" * 32)
+    big = LivenessClaims("s" * 64, True, 0.97, 1e9, 2e9, ("left",) * 6, unit(512))
+    assert len(sealer.seal(big)) < MAX_TOKEN_BYTES / 4  # a 512-d token fits with room
+    with pytest.raises(TokenError, match=f"longer than {MAX_TOKEN_BYTES}"):
+        sealer.open(b"kyc1." + b"A" * MAX_TOKEN_BYTES)
 
 
 def test_the_key_comes_from_the_environment_or_a_private_key_file(tmp_path):

@@ -31,6 +31,9 @@ PREFIX = "kyc1."
 AAD = b"kyc-liveness-token-v1"
 KEY_BYTES = 32
 NONCE_BYTES = 12
+# A real token is about 0.9 KB (128-d embedding) or 3 KB (512-d); anything longer is
+# refused before it is decoded.
+MAX_TOKEN_BYTES = 16384
 ENV_KEY = "KYC_TOKEN_KEY"
 ENV_KEY_FILE = "KYC_TOKEN_KEY_FILE"
 
@@ -134,6 +137,8 @@ class TokenSealer:
         """The claims of a genuine, unexpired token; else :class:`TokenError`."""
         from cryptography.exceptions import InvalidTag
 
+        if len(token) > MAX_TOKEN_BYTES:
+            raise TokenError(f"token is longer than {MAX_TOKEN_BYTES} bytes")
         try:
             text = token.decode("ascii")
         except UnicodeDecodeError:

@@ -1,0 +1,242 @@
+"""The hostile-input corpus (kyc.hostile) against a real server of its own.
+
+Every request must end as its case says (its own INVALID_ARGUMENT with a clear
+message, or the documented safe result), valid requests sharing its batches are
+answered correctly, and afterwards the server is healthy, answers as before, runs
+the same stub processes (none restarted) and holds no more memory than the bound.
+``KYC_HOSTILE_REPORT=FILE`` writes the per-class summary as JSON.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import os
+import statistics
+import string
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from PIL import Image
+
+from kyc import hostile
+from kyc.bench import process_memory
+from kyc.document.synthetic import Degradation, random_identity, render_document
+from kyc.repo.config import load_config
+from kyc.runtime.server import is_ready
+from kyc_export.fetch import fetch_test_photos
+from kyc_testing import SHIPPED_REPOSITORY, concurrently, link_tree, require_weights, start_server
+
+pytestmark = pytest.mark.integration
+
+# The most the server and its stubs may grow over the corpus (distinct resident pages).
+# The Python backend's shared memory grows to hold the largest batch of requests (8
+# requests of up to 20 MiB, in and through BLS) and keeps that size; a second pass
+# must not grow it further.
+MEMORY_BOUND_MIB = 600.0
+PRINTABLE = set(string.printable)
+
+
+def parameter(repository: Path, model: str, key: str) -> int:
+    return int(load_config(repository / model / "config.pbtxt").parameters[key].string_value)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    require_weights()
+    root = tmp_path_factory.mktemp("hostile")
+    repository = link_tree(SHIPPED_REPOSITORY, root / "repo")
+    server = start_server(repository, root / "server.log")
+    yield server, repository, root / "server.log"
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def images():
+    photos = fetch_test_photos()
+    photo = np.asarray(Image.open(photos["person_a_1"]).convert("RGB"))
+    small = io.BytesIO()
+    Image.open(photos["person_b_1"]).convert("RGB").resize((120, 150)).save(small, "JPEG")
+    rng = np.random.default_rng(5)
+    document = render_document(random_identity(rng), "td3", photo, Degradation(), rng)
+    return {"photo": photo, "filler": small.getvalue(), "document": document.jpeg_bytes(),
+            "selfie": photos["person_a_2"].read_bytes()}
+
+
+def tensors(step: hostile.Step) -> list[grpcclient.InferInput]:
+    out = []
+    for t in step.inputs:
+        tensor = grpcclient.InferInput(t.name, list(t.array.shape), t.datatype)
+        tensor.set_data_from_numpy(t.array)
+        out.append(tensor)
+    return out
+
+
+def stub_pids(server_pid: int) -> set[int]:
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and f"PPid:\t{server_pid}\n" in (entry / "status").read_text():
+                pids.add(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def resident_mib(pid: int) -> float:
+    return statistics.median(process_memory(pid)["resident_mib"] for _ in range(3))
+
+
+def clear(message: str) -> bool:
+    """A message a person can act on: short, printable, no traceback."""
+    return (0 < len(message) < 600 and "Traceback" not in message
+            and set(message) <= PRINTABLE)
+
+
+def outcome(expect: str, result) -> str | None:
+    """None when ``result`` is what ``expect`` allows, else what went wrong."""
+    if isinstance(result, Exception):
+        status, message = str(result.status()), result.message()
+        if expect in (hostile.INVALID, hostile.ANSWER_OR_INVALID) \
+                and "INVALID_ARGUMENT" in status:
+            return None if clear(message) else f"unclear message {message[:200]!r}"
+        return f"{status}: {message[:200]}"
+    if expect in (hostile.INVALID,):
+        return "answered, expected INVALID_ARGUMENT"
+    if expect == hostile.TOKEN_INVALID:
+        report = json.loads(result.as_numpy("REPORT")[0, 0])
+        ok = report["decision"] != "approve" and "liveness_token_invalid" in report["reasons"]
+        return None if ok else f"token not refused: {report['decision']} {report['reasons']}"
+    if expect == "NOT_LIVE":
+        return None if not bool(result.as_numpy("IS_LIVE")[0, 0]) else "a verdict of live"
+    return None  # "OK" and ANSWER_OR_INVALID answered
+
+
+def valid_inputs(model: str, images: dict) -> list[grpcclient.InferInput]:
+    if model == "kyc_ensemble":
+        step = hostile.Step((hostile.encoded("DOCUMENT_IMAGE", images["document"]),
+                             hostile.encoded("SELFIE_IMAGE", images["selfie"]),
+                             hostile.encoded("LIVENESS_TOKEN", b"")), "OK")
+    else:
+        step = hostile.Step((hostile.encoded("IMAGE", images["document"] if model ==
+                                             "document_ocr" else images["selfie"]),), "OK")
+    return tensors(step)
+
+
+def answer_of(model: str, result) -> object:
+    """What a valid request's answer must equal before and after the corpus."""
+    if model == "face_preprocess":
+        return bool(result.as_numpy("FACE_FOUND")[0, 0]), int(result.as_numpy("NUM_FACES")[0, 0])
+    if model == "document_ocr":
+        return json.loads(result.as_numpy("DOCUMENT")[0, 0])["fields"]["document_number"]
+    report = json.loads(result.as_numpy("REPORT")[0, 0])
+    return report["decision"], sorted(report["reasons"])
+
+
+class Corpus:
+    """Sends the corpus and records how each request ended."""
+
+    def __init__(self, url: str, cases: list[hostile.Case], images: dict, before: dict):
+        self.url, self.cases, self.images, self.before = url, cases, images, before
+        self.failures: list[str] = []
+        self.summary: dict[tuple[str, str], Counter] = defaultdict(Counter)
+        self.sent = 0
+        self._ids = itertools.count(1)
+
+    def record(self, case: hostile.Case, step: hostile.Step, result) -> None:
+        problem = outcome(step.expect, result)
+        status = ("OK" if not isinstance(result, Exception)
+                  else str(result.status()).replace("StatusCode.", ""))
+        self.summary[(case.kind, case.model)][status] += 1
+        self.sent += 1
+        if problem:
+            self.failures.append(f"{case.kind} -> {case.model}: {problem}")
+
+    def send(self, client: grpcclient.InferenceServerClient) -> None:
+        # one-request cases: 7 hostile and 1 valid request at once, so they share batches
+        for model in MODELS:
+            mine = [c for c in self.cases if c.model == model]
+            for k in range(0, len(mine), 7):
+                chunk = mine[k:k + 7]
+                check_valid = model == "face_preprocess" or k % 28 == 0
+                inputs = [tensors(c.steps[0]) for c in chunk]
+                if check_valid:
+                    inputs.append(valid_inputs(model, self.images))
+                results = concurrently(self.url, model, inputs)
+                for case, result in zip(chunk, results, strict=False):
+                    self.record(case, case.steps[0], result)
+                if check_valid:
+                    valid = results[-1]
+                    assert not isinstance(valid, Exception), f"{model}: valid failed: {valid}"
+                    assert answer_of(model, valid) == self.before[model]
+        # liveness_sequence: each case is a session of its own
+        for case in (c for c in self.cases if c.model == "liveness_sequence"):
+            sid = case.sequence_id if case.sequence_id is not None else \
+                f"hostile-{next(self._ids)}"
+            for step in case.steps:
+                start, end = step.sequence
+                try:
+                    result = client.infer("liveness_sequence", tensors(step), sequence_id=sid,
+                                          sequence_start=start, sequence_end=end,
+                                          client_timeout=60)
+                except Exception as exc:
+                    result = exc
+                self.record(case, step, result)
+
+    def table(self) -> dict[str, dict[str, int]]:
+        return {f"{kind} -> {model}": dict(counts)
+                for (kind, model), counts in sorted(self.summary.items())}
+
+
+MODELS = ("face_preprocess", "document_ocr", "kyc_ensemble")
+
+
+def test_every_hostile_request_fails_alone_and_leaves_the_server_as_it_was(served, images):
+    server, repository, log_file = served
+    max_bytes = {
+        "face_preprocess": parameter(repository, "face_preprocess", "max_image_bytes"),
+        "document_ocr": parameter(repository, "ocr_preprocess", "max_image_bytes"),
+        "liveness_sequence": parameter(repository, "liveness_sequence", "max_image_bytes"),
+    }
+    max_bytes["kyc_ensemble"] = min(max_bytes["face_preprocess"], max_bytes["document_ocr"])
+    cases = hostile.corpus(images["photo"], images["filler"], images["document"],
+                           images["selfie"], max_bytes)
+    client = grpcclient.InferenceServerClient(server.options.grpc_url)
+    before = {m: answer_of(m, client.infer(m, valid_inputs(m, images))) for m in MODELS}
+    assert before["face_preprocess"] == (True, 1)
+    pid = server.process.pid
+    stubs, memory = stub_pids(pid), [resident_mib(pid)]
+
+    # twice: the first pass shows every outcome, the second that memory has levelled
+    # off (the Python backend's shared memory grows to the largest requests and stays)
+    passes = []
+    for _ in range(2):
+        corpus = Corpus(server.options.grpc_url, cases, images, before)
+        corpus.send(client)
+        passes.append(corpus)
+        memory.append(resident_mib(pid))
+    after = {m: answer_of(m, client.infer(m, valid_inputs(m, images))) for m in MODELS}
+    client.close()
+    first = passes[0]
+    report = {"requests_per_pass": first.sent, "cases": len(cases), "classes": first.table(),
+              "memory_mib": {"before": memory[0], "after_pass_1": memory[1],
+                             "after_pass_2": memory[2]}, "stub_processes": len(stubs)}
+    print("\nhostile inputs:", json.dumps(report, indent=1))
+    if os.environ.get("KYC_HOSTILE_REPORT"):
+        Path(os.environ["KYC_HOSTILE_REPORT"]).write_text(json.dumps(report, indent=1))
+
+    assert first.sent >= 500
+    for corpus in passes:
+        assert not corpus.failures, f"{len(corpus.failures)} unexpected outcomes:\n" + \
+            "\n".join(corpus.failures[:30])
+    assert is_ready(server.options.http_url)
+    assert after == before
+    assert stub_pids(pid) == stubs, "a stub process was restarted or added"
+    log = log_file.read_text(errors="replace")
+    assert "Stub process" not in log and "unhealthy" not in log
+    assert memory[1] <= memory[0] + MEMORY_BOUND_MIB, "memory beyond the documented bound"
+    assert memory[2] <= memory[1] * 1.05 + 30, "memory still grows on a second pass"
