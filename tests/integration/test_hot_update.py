@@ -1,0 +1,182 @@
+"""Hot updates of the real repository while customers keep coming and liveness
+sessions are open: `kyc repo publish` of an ONNX model, a Python model and a broken
+version, into a poll-mode server serving kyc_ensemble."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from PIL import Image
+from test_poll_publish import Load, kyc_publish, states
+
+from kyc.document.synthetic import Degradation, random_identity, render_document
+from kyc.liveness.client import LivenessReply, frame_input
+from kyc.liveness.synthetic import turn_sequence
+from kyc_export.fetch import fetch_test_photos
+from kyc_testing import SHIPPED_REPOSITORY, link_tree, require_weights, start_server
+
+pytestmark = pytest.mark.integration
+
+
+def one(name: str, value: bytes) -> grpcclient.InferInput:
+    tensor = grpcclient.InferInput(name, [1, 1], "BYTES")
+    tensor.set_data_from_numpy(np.array([[value]], dtype=np.object_))
+    return tensor
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    require_weights()
+    root = tmp_path_factory.mktemp("hot")
+    repo = link_tree(SHIPPED_REPOSITORY, root / "repo")
+    server = start_server(repo, root / "server.log", poll_secs=1)
+    yield repo, server, root
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def person():
+    photos = fetch_test_photos()
+    return photos, np.asarray(Image.open(photos["person_a_2"]).convert("RGB"))
+
+
+def wait_state(server, model: str, version: str, state: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while states(server, model).get(version) != state:
+        assert time.monotonic() < deadline, (model, states(server, model))
+        time.sleep(0.3)
+
+
+def stubs(server) -> int:
+    from kyc.bench import process_memory
+
+    return process_memory(server.process.pid)["stub_processes"]
+
+
+def wait_stubs(server, expected: int, timeout: float = 60) -> int:
+    deadline = time.monotonic() + timeout
+    while stubs(server) != expected and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return stubs(server)
+
+
+def test_publishing_onnx_python_and_broken_versions_under_kyc_load_fails_no_request(
+    live, person, tmp_path
+):
+    repo, server, _ = live
+    photos, _ = person
+    rng = np.random.default_rng(3)
+    portrait = np.asarray(Image.open(photos["person_a_1"]).convert("RGB"))
+    document = render_document(random_identity(rng), "td3", portrait, Degradation(), rng)
+    selfie = photos["person_a_2"].read_bytes()
+    url = server.options.grpc_url
+    kyc = Load(url, "kyc_ensemble", [one("DOCUMENT_IMAGE", document.jpeg_bytes()),
+                                     one("SELFIE_IMAGE", selfie), one("LIVENESS_TOKEN", b"")],
+               "REPORT")
+    face = Load(url, "face_preprocess", [one("IMAGE", selfie)], "FACE_FOUND")
+    before = stubs(server)
+    for load in (kyc, face):
+        load.start()
+    try:
+        for load in (kyc, face):
+            load.wait_for(lambda ld: sum(ld.versions.values()) >= 2, 120, "first answers")
+        # ONNX: face_embedding, the same weights as version 2
+        published = kyc_publish(repo, "face_embedding", SHIPPED_REPOSITORY / "face_embedding" / "1")
+        assert published.returncode == 0 and published.stdout.strip() == "2", published.stderr
+        wait_state(server, "face_embedding", "2", "READY")
+        # Python: face_preprocess's model.py as version 2
+        src = tmp_path / "face_preprocess_v2"
+        shutil.copytree(SHIPPED_REPOSITORY / "face_preprocess" / "1", src,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        published = kyc_publish(repo, "face_preprocess", src)
+        assert published.returncode == 0 and published.stdout.strip() == "2", published.stderr
+        face.wait_for(lambda ld: ld.last_version == "2", 120, "face_preprocess version 2")
+        # broken: a model.py that fails in initialize, forced in; version 2 keeps serving
+        broken = tmp_path / "broken"
+        broken.mkdir()
+        (broken / "model.py").write_text(
+            "class TritonPythonModel:\n    def initialize(self, args):\n"
+            "        raise RuntimeError('broken on purpose')\n")
+        forced = kyc_publish(repo, "face_preprocess", broken, "--force")
+        assert forced.returncode == 0 and forced.stdout.strip() == "3", forced.stderr
+        wait_state(server, "face_preprocess", "3", "UNAVAILABLE")
+        served = face.versions["2"], sum(kyc.versions.values())
+        time.sleep(4)  # several poll cycles with the broken version in place
+        assert face.versions["2"] > served[0] and sum(kyc.versions.values()) > served[1]
+        assert face.last_version == "2"
+    finally:
+        for load in (kyc, face):
+            load.stop.set()
+            load.join(timeout=60)
+    sent = {"kyc_ensemble": sum(kyc.versions.values()),
+            "face_preprocess": sum(face.versions.values())}
+    print(f"\nhot update: answered {sent}, failed kyc {len(kyc.failures)} "
+          f"face {len(face.failures)}")
+    assert kyc.failures == [] and face.failures == []
+    assert json.loads(kyc.last_output[0, 0])["decision"] in ("review", "reject", "approve")
+    assert "3" not in face.versions
+    # the old versions' stubs are gone: as many stubs as before the updates
+    assert wait_stubs(server, before) == before
+
+
+def session_step(client, sid: str, frame: bytes, start: bool = False, end: bool = False):
+    try:
+        return LivenessReply.from_result(client.infer(
+            "liveness_sequence", [frame_input(frame)], sequence_id=sid, sequence_start=start,
+            sequence_end=end, client_timeout=60))
+    except Exception as exc:
+        return exc
+
+
+@pytest.mark.parametrize("model", ["face_embedding", "liveness_sequence"])
+def test_open_liveness_sessions_end_live_or_with_a_clear_error_across_a_publish(
+    live, person, model
+):
+    """Sessions of a person really turning as asked: each ends live, or (when the
+    session's own model is replaced) fails with a clear error; never a verdict of
+    not live."""
+    repo, server, _ = live
+    photos, image = person
+    client = grpcclient.InferenceServerClient(server.options.grpc_url)
+    box = client.infer("face_preprocess", [one("IMAGE", photos["person_a_2"].read_bytes())]) \
+        .as_numpy("BOX")[0]
+    sessions = {}
+    for k in range(3):
+        sid = f"hot-{model}-{k}"
+        reply = session_step(client, sid, b"", start=True)
+        assert isinstance(reply, LivenessReply), reply
+        sessions[sid] = turn_sequence(image, box, reply.status["challenge"]["moves"])
+    for sid, frames in sessions.items():  # the first half of every film
+        for frame in frames[:len(frames) // 2]:
+            assert isinstance(session_step(client, sid, frame), LivenessReply)
+    current = max(int(v) for v in states(server, model))
+    published = kyc_publish(repo, model, SHIPPED_REPOSITORY / model / "1")
+    assert published.returncode == 0, published.stderr
+    wait_state(server, model, str(current + 1), "READY")
+    wait_state(server, model, str(current), "UNAVAILABLE")
+    outcomes = {}
+    for sid, frames in sessions.items():
+        rest = frames[len(frames) // 2:]
+        for k, frame in enumerate(rest):
+            reply = session_step(client, sid, frame, end=k == len(rest) - 1)
+            if isinstance(reply, Exception):
+                outcomes[sid] = reply
+                break
+            outcomes[sid] = reply
+    client.close()
+    print(f"\n{model} published mid-session:",
+          {sid: (o.message()[:120] if isinstance(o, Exception) else
+                 ("live" if o.is_live else f"not live {o.status.get('reasons')}"))
+           for sid, o in outcomes.items()})
+    for outcome in outcomes.values():
+        if isinstance(outcome, Exception):
+            assert model == "liveness_sequence", outcome
+            assert "INVALID_ARGUMENT" in str(outcome.status())
+            assert "START" in outcome.message()
+        else:
+            assert outcome.is_live, outcome.status.get("reasons")
