@@ -54,6 +54,7 @@ from kyc.budgets import queue_against_budget
 from kyc.procmem import resident_union_mib
 from kyc.repo.config import load_config, model_parameters
 from kyc.repo.publish import precompile_python_models
+from kyc.runtime.procs import children, stub_instance
 from kyc.runtime.server import ServerError, ServerOptions, TritonServer, free_port
 
 log = logging.getLogger(__name__)
@@ -702,7 +703,7 @@ class Bench:
         if self.server_pid is None:
             return 0
         prefix = f"{model}_"  # instances are named "<model>_<group>_<index>"
-        instances = (_stub_instance(pid) for pid in _children(self.server_pid))
+        instances = (stub_instance(pid) for pid in children(self.server_pid))
         return sum(1 for name in instances if name.startswith(prefix)
                    and name[len(prefix):].replace("_", "").isdigit())
 
@@ -719,17 +720,6 @@ class Bench:
 
 
 # -- server memory ---------------------------------------------------------------------
-def _children(pid: int) -> list[int]:
-    kids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                stat = (entry / "stat").read_text()
-                if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                    kids.append(int(entry.name))
-    return kids
-
-
 def _kib(path: Path, key: str) -> int:
     with contextlib.suppress(OSError):
         for line in path.read_text().splitlines():
@@ -745,7 +735,7 @@ def process_memory(pid: int) -> dict[str, Any]:
     while todo:
         current = todo.pop()
         tree.append(current)
-        todo += _children(current)
+        todo += children(current)
     rows = [{"pid": p, "name": (Path(f"/proc/{p}/comm").read_text().strip()
                                 if Path(f"/proc/{p}/comm").exists() else "?"),
              "rss": _kib(Path(f"/proc/{p}/status"), "VmRSS"),
@@ -760,20 +750,11 @@ def process_memory(pid: int) -> dict[str, Any]:
         # Distinct pages: shared libraries and tensor shared memory counted once.
         "resident_mib": resident_union_mib(r["pid"] for r in rows),
         "stub_processes": len(stubs),
-        "stubs": sorted(({"instance": _stub_instance(r["pid"]),
+        "stubs": sorted(({"instance": stub_instance(r["pid"]),
                           "rss_mib": round(r["rss"] / 1024, 1),
                           "pss_mib": round(r["pss"] / 1024, 1)} for r in stubs),
                         key=lambda r: -r["rss_mib"]),
     }
-
-
-def _stub_instance(pid: int) -> str:
-    """The model instance a Python stub serves (its 9th argument, e.g. "ocr_det_0_0")."""
-    try:
-        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        return args[8].decode() if len(args) > 8 else "?"
-    except OSError:
-        return "?"
 
 
 # -- running it ------------------------------------------------------------------------

@@ -140,9 +140,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
         + "\nPress Ctrl-C to stop.",
         flush=True,
     )
+    from kyc.runtime.server import StubWatch
+
+    watch = StubWatch(server) if args.stub_watch_secs > 0 else None
+    next_watch = time.monotonic() + args.stub_watch_secs
     while not stop.is_set():
         if server.poll() is not None:
             break
+        if watch is not None and time.monotonic() >= next_watch:
+            next_watch = time.monotonic() + args.stub_watch_secs
+            dead = watch.dead()
+            if dead:
+                # Triton would keep answering INTERNAL for these models while reporting
+                # ready: stop, so that the supervisor restarts a whole server.
+                print(f"kyc serve: the Python stub of {', '.join(dead)} died and Triton does "
+                      "not restart it: stopping (exit 3) so that the service is restarted",
+                      file=sys.stderr, flush=True)
+                server.stop(grace=args.stop_grace)
+                return 3
         stop.wait(0.5)
     code = server.poll()
     if code is not None and not received:
@@ -294,6 +309,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="refuse to start without KYC_TOKEN_KEY or KYC_TOKEN_KEY_FILE (the liveness "
              "token key); without this flag a key file is created on first start "
              "(~/.config/kyc/token.key)")
+    serve.add_argument(
+        "--stub-watch-secs", type=float, default=2.0,
+        help="check the Python stubs this often; a model whose stubs died stops the "
+             "server with exit code 3 (Triton 2.51 does not restart them); 0: off")
     serve.add_argument(
         "--production", action="store_true",
         help="refuse to start without KYC_ADMIN_KEY (>= 16 characters) and a token key; "

@@ -5,7 +5,9 @@ Measured on Triton 2.51: the Python backend does NOT restart a killed stub (its
 execute path only reports it: "Stub process '<instance>' is not healthy."), and the
 server keeps saying ready. Every request of that model instance fails with INTERNAL
 until the model is reloaded or the server restarted; the other models are not
-affected. These tests pin that behaviour down, and the restart that recovers."""
+affected. These tests pin that behaviour down (on TritonServer, as Triton does it),
+and the restart that recovers; `kyc serve` watches for dead stubs and stops so that
+its supervisor restarts it (tests/integration/test_serve_cli.py)."""
 
 from __future__ import annotations
 

@@ -20,6 +20,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from kyc.liveness.token import create_key_file
+from kyc.runtime.procs import children, stub_instance
 from kyc.runtime.server import SHM_DIR, free_port, is_ready
 from kyc_testing import build_tiny_repository
 
@@ -125,6 +126,16 @@ def test_serve_exits_with_an_error_and_cleans_up_when_the_server_is_killed(serve
     os.kill(serve.server_pid(), signal.SIGKILL)
     assert serve.proc.wait(timeout=60) != 0
     assert "tritonserver stopped on its own" in serve.proc.stderr.read()
+    assert serve.shm_regions() == []
+
+
+def test_serve_stops_with_exit_code_3_when_a_python_stub_dies(serve):
+    """Triton 2.51 neither restarts a dead stub nor stops reporting ready: kyc serve
+    stops the whole server so that its supervisor restarts it."""
+    (stub,) = [pid for pid in children(serve.server_pid()) if stub_instance(pid) == "echo_0"]
+    os.kill(stub, signal.SIGKILL)
+    assert serve.proc.wait(timeout=60) == 3
+    assert "the Python stub of echo died" in serve.proc.stderr.read()
     assert serve.shm_regions() == []
 
 

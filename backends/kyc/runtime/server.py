@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO
 
 from kyc.repo.publish import precompile_python_models
+from kyc.runtime.procs import stubs_per_model
 from kyc.runtime.triton import TritonInstall, assemble_backends, system_install
 
 log = logging.getLogger(__name__)
@@ -383,3 +384,36 @@ class TritonServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class StubWatch:
+    """Finds models whose Python stubs died.
+
+    Triton 2.51's Python backend does not restart a stub that died (killed, out of
+    memory, crashed): every later request of that model fails with INTERNAL "Stub
+    process '<instance>' is not healthy.", while the server and the model still
+    report ready (measured: tests/integration/test_faults.py). A model is dead when it
+    had stub processes, is READY in the repository index, and has none left on
+    ``confirmations`` checks in a row (a version switch starts the new stub before
+    the old one exits, so it never has zero).
+    """
+
+    def __init__(self, server: TritonServer, confirmations: int = 2) -> None:
+        assert server.process is not None
+        self.server, self.confirmations = server, confirmations
+        self.watched = set(stubs_per_model(server.process.pid))
+        self._misses: dict[str, int] = {}
+
+    def dead(self) -> list[str]:
+        assert self.server.process is not None
+        counts = stubs_per_model(self.server.process.pid)
+        self.watched |= set(counts)  # models loaded since
+        missing = [m for m in sorted(self.watched) if counts.get(m, 0) == 0]
+        if missing:
+            try:
+                ready = {m["name"] for m in self.server.index() if m.get("state") == "READY"}
+            except (OSError, ValueError):
+                ready = set()
+            missing = [m for m in missing if m in ready]
+        self._misses = {m: self._misses.get(m, 0) + 1 for m in missing}
+        return [m for m, n in self._misses.items() if n >= self.confirmations]
