@@ -43,6 +43,7 @@ from pathlib import Path
 SLA_MS = 8000.0
 BUDGETS_MS: Mapping[str, float] = {
     "liveness": 500.0,  # one liveness frame
+    "intake": 100.0,  # kyc_ensemble's check of both images, before anything else
     "face_match": 300.0,  # face path of kyc_ensemble: detect, align, embed
     "ocr": 1000.0,  # document reading
     "antifraud": 200.0,  # fraud score and decision
@@ -52,6 +53,7 @@ QUEUE_SHARE = 0.3
 # model -> the step whose budget bounds it
 STEP_OF: Mapping[str, str] = {
     "liveness_sequence": "liveness",
+    "kyc_intake": "intake",
     "face_preprocess": "face_match",
     "face_detector": "face_match",
     "face_embedding": "face_match",

@@ -162,7 +162,9 @@ class Corpus:
             mine = [c for c in self.cases if c.model == model]
             for k in range(0, len(mine), 7):
                 chunk = mine[k:k + 7]
-                check_valid = model == "face_preprocess" or k % 28 == 0
+                # every kyc_ensemble batch: a hostile request there once failed its
+                # valid batch-mates (docs/reliability.md, the defect behind kyc_intake)
+                check_valid = model != "document_ocr" or k % 28 == 0
                 inputs = [tensors(c.steps[0]) for c in chunk]
                 if check_valid:
                     inputs.append(valid_inputs(model, self.images))

@@ -9,6 +9,7 @@ by the documented head-turn warp (kyc.liveness.synthetic).
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 from datetime import date, timedelta
 
@@ -160,3 +161,35 @@ def test_garbage_in_a_concurrent_batch_fails_alone(server, photos, token_a):
     for bad in (results[1], results[3]):
         assert isinstance(bad, Exception) and "IMAGE" in bad.message(), bad
     assert is_ready(server.options.http_url)
+
+
+def requests_seen(client, model: str) -> tuple[int, int]:
+    stats = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+    inference = stats["inference_stats"]
+    return (int(inference["success"].get("count", 0)), int(inference["fail"].get("count", 0)))
+
+
+def test_a_bad_image_is_refused_at_intake_before_any_other_step_of_its_request_runs(
+        server, client, photos):
+    """kyc_intake stands in front of the fan-out (docs/reliability.md: in Triton 2.51 a
+    step failing while its siblings run lets their input buffers be reused)."""
+    doc, selfie = document(photos, 7), photos["person_a_2"].read_bytes()
+    png = io.BytesIO()
+    Image.open(photos["person_b_1"]).save(png, "PNG")
+    bad = [(doc[: len(doc) // 2], selfie, "DOCUMENT_IMAGE: the JPEG image cannot be decoded"),
+           (doc, png.getvalue()[:-300], "SELFIE_IMAGE: the PNG image cannot be decoded"),
+           (b"\xff\xd8\xff\xe0" + bytes(20 << 20), selfie, "DOCUMENT_IMAGE: the image has"),
+           (doc, b"", "SELFIE_IMAGE: the image is empty")]
+    steps = ("face_preprocess", "ocr_preprocess")
+    before = {m: requests_seen(client, m) for m in steps}
+    results = concurrently(server.options.grpc_url, "kyc_ensemble",
+                           [inputs(d, s, b"") for d, s, _ in bad] + [inputs(doc, selfie, b"")])
+    for result, (_, _, message) in zip(results, bad, strict=False):
+        assert isinstance(result, Exception) and "INVALID_ARGUMENT" in str(result.status())
+        assert message in result.message(), result.message()
+    assert results[-1].as_numpy("DECISION")[0, 0].decode() == "review"
+    after = {m: requests_seen(client, m) for m in steps}
+    # only the good request reached them: two faces, one page
+    assert after["face_preprocess"] == (before["face_preprocess"][0] + 2,
+                                        before["face_preprocess"][1])
+    assert after["ocr_preprocess"] == (before["ocr_preprocess"][0] + 1, before["ocr_preprocess"][1])

@@ -1,0 +1,49 @@
+"""``kyc_intake``: the first step of ``kyc_ensemble``, which checks both images before
+anything else of the request runs.
+
+Why a step of its own. Inside an ensemble, a step that fails ends the request at
+once, while its sibling steps still run: in Triton 2.51 the error response then
+lets the gRPC frontend reuse the request's buffers for the next call while those
+steps still read them (docs/reliability.md, "A Triton defect behind kyc_intake").
+A bad document failing in ``face_preprocess`` while ``document_ocr`` still held its
+bytes made innocent requests batched with that step fail, and could crash the
+server. So every check that ``face_preprocess`` and ``ocr_preprocess`` would make on
+the client's images is made here first: byte and pixel limits on the header, then
+a decode of every pixel (JPEG at 1/8 scale, the cheap way). A bad image is
+answered here, naming its input, before any other step of its request starts;
+the steps after it see only images that decode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kyc.image import ImageError, ImageLimits, check_image
+
+IMAGE_INPUTS = ("DOCUMENT_IMAGE", "SELFIE_IMAGE")
+OUTPUT_PREFIX = "CHECKED_"  # each output: its input, passed on unchanged
+
+
+@dataclass(frozen=True)
+class IntakeSettings:
+    """``kyc_intake`` parameters: the strictest limits of the steps after it (a unit
+    test holds them to ``face_preprocess`` and ``ocr_preprocess``)."""
+
+    max_image_bytes: int = 20 * 1024 * 1024
+    max_image_pixels: int = 40_000_000
+
+    @property
+    def limits(self) -> ImageLimits:
+        return ImageLimits(self.max_image_bytes, self.max_image_pixels, work_max_side=0)
+
+
+def check_images(images: Sequence[tuple[str, bytes]], limits: ImageLimits) -> str | None:
+    """None when every (input name, encoded image) is usable, else the first problem,
+    prefixed with its input's name (no image content in it)."""
+    for name, data in images:
+        try:
+            check_image(data, limits)
+        except ImageError as exc:
+            return f"{name}: {exc}"
+    return None

@@ -1,0 +1,140 @@
+"""kyc_intake: both images of a kyc_ensemble request checked before any other step runs.
+
+``check_image`` must refuse exactly what ``decode_image`` refuses (the steps after
+the intake decode again, and must never fail on a client image: docs/reliability.md),
+the glue answers each request on its own, and the shipped configs keep the intake in
+front of every step that reads a client image, with the strictest limits.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import fake_triton
+from fake_triton import FakeError, FakeTensor
+from kyc import hostile
+from kyc.image import ImageError, ImageLimits, check_image, decode_image
+from kyc.intake import IMAGE_INPUTS, IntakeSettings, check_images
+from kyc.intake.model import TritonPythonModel
+from kyc.repo.config import load_config
+from kyc.settings import from_parameters
+from kyc_export.fetch import fetch_test_photos
+from kyc_testing import SHIPPED_REPOSITORY
+
+FACE_LIMITS = ImageLimits(20 << 20, 40_000_000, 1600)
+OCR_LIMITS = ImageLimits(20 << 20, 40_000_000, 2000)
+
+
+@pytest.fixture(scope="module")
+def photos() -> dict:
+    return {k: p.read_bytes() for k, p in fetch_test_photos().items()}
+
+
+@pytest.fixture(scope="module")
+def broken(photos) -> list[tuple[str, bytes]]:
+    """The hostile corpus's broken images, from a real photo, over four seeds."""
+    rgb = np.asarray(Image.open(io.BytesIO(photos["person_a_1"])).convert("RGB"))
+    return [(kind, data) for seed in range(4)
+            for kind, data, _ in hostile.broken_images(rgb, np.random.default_rng(seed), 50)]
+
+
+def refuses(function, data: bytes, limits: ImageLimits) -> bool:
+    try:
+        function(data, limits)
+    except ImageError:
+        return True
+    return False
+
+
+def test_check_image_refuses_exactly_what_the_later_decodes_refuse(broken, photos):
+    refused = 0
+    for kind, data in broken:
+        face = refuses(decode_image, data, FACE_LIMITS)
+        ocr = refuses(decode_image, data, OCR_LIMITS)
+        checked = refuses(check_image, data, ImageLimits(20 << 20, 40_000_000, 0))
+        assert checked == face == ocr, f"{kind}: check {checked}, face {face}, ocr {ocr}"
+        refused += checked
+    # the corpus is mostly bad, and some damaged JPEG/WebP still decode (a safe result)
+    assert 0.5 * len(broken) < refused < len(broken)
+    for name in ("person_a_1", "person_a_2"):
+        assert check_image(photos[name], FACE_LIMITS)[0] == "JPEG"
+
+
+def test_check_image_finds_a_truncated_jpeg_that_its_header_hides(photos):
+    data = photos["person_a_2"]
+    with pytest.raises(ImageError, match="cannot be decoded"):
+        check_image(data[: len(data) // 2], FACE_LIMITS)
+
+
+def test_check_images_names_the_first_bad_input(photos):
+    good = photos["person_a_2"]
+    assert check_images([("DOCUMENT_IMAGE", good), ("SELFIE_IMAGE", good)], FACE_LIMITS) is None
+    problem = check_images([("DOCUMENT_IMAGE", good), ("SELFIE_IMAGE", b"junk")], FACE_LIMITS)
+    assert problem == "SELFIE_IMAGE: the bytes are not a JPEG, PNG or WebP image"
+
+
+@pytest.fixture
+def model(monkeypatch) -> TritonPythonModel:
+    from google.protobuf import json_format
+
+    fake_triton.install(monkeypatch)
+    config = json_format.MessageToDict(
+        load_config(SHIPPED_REPOSITORY / "kyc_intake" / "config.pbtxt"),
+        preserving_proto_field_name=True)
+    m = TritonPythonModel()
+    m.initialize({"model_config": json.dumps(config), "model_name": "kyc_intake",
+                  "model_version": "1"})
+    return m
+
+
+def request(document: list[bytes], selfie: list[bytes]) -> dict:
+    return {name: FakeTensor(name, np.array([[v] for v in values], dtype=np.object_))
+            for name, values in zip(IMAGE_INPUTS, (document, selfie), strict=True)}
+
+
+def test_good_images_pass_unchanged_and_each_bad_request_gets_its_own_error(model, photos):
+    doc, selfie = photos["person_a_1"], photos["person_a_2"]
+    responses = model.execute([request([doc], [selfie]), request([b""], [selfie]),
+                               request([doc, doc], [selfie, b"GIF89a"]),
+                               {"DOCUMENT_IMAGE": FakeTensor("DOCUMENT_IMAGE",
+                                                             np.zeros((1, 1), np.float32))},
+                               request([selfie, doc], [doc, selfie])])
+    first, empty, second_row, wrong_type, two_rows = responses
+    assert first.error() is None
+    assert first.outputs()["CHECKED_DOCUMENT_IMAGE"].tolist() == [[doc]]
+    assert first.outputs()["CHECKED_SELFIE_IMAGE"].tolist() == [[selfie]]
+    assert empty.error().code == FakeError.INVALID_ARG
+    assert empty.error().message() == "DOCUMENT_IMAGE: the image is empty (0 bytes)"
+    assert second_row.error().message().startswith("row 1: SELFIE_IMAGE: ")
+    assert wrong_type.error().code == FakeError.INVALID_ARG
+    assert two_rows.error() is None
+    assert two_rows.outputs()["CHECKED_DOCUMENT_IMAGE"].tolist() == [[selfie], [doc]]
+
+
+def parameters(model: str) -> dict[str, str]:
+    config = load_config(SHIPPED_REPOSITORY / model / "config.pbtxt")
+    return {k: v.string_value for k, v in config.parameters.items()}
+
+
+def test_the_intake_limits_are_the_strictest_of_the_steps_after_it():
+    intake = from_parameters(IntakeSettings, parameters("kyc_intake"))
+    after = [parameters(m) for m in ("face_preprocess", "ocr_preprocess")]
+    for key in ("max_image_bytes", "max_image_pixels"):
+        assert getattr(intake, key) == min(int(p[key]) for p in after), key
+    assert set(parameters("kyc_intake")) == {"max_image_bytes", "max_image_pixels"}
+
+
+def test_in_kyc_ensemble_only_the_intake_reads_the_client_images():
+    config = load_config(SHIPPED_REPOSITORY / "kyc_ensemble" / "config.pbtxt")
+    steps = list(config.ensemble_scheduling.step)
+    assert steps[0].model_name == "kyc_intake"
+    for step in steps[1:]:
+        assert not set(step.input_map.values()) & set(IMAGE_INPUTS), step.model_name
+    readers = {s.model_name for s in steps[1:]
+               if {"checked_document_image", "checked_selfie_image"} & set(s.input_map.values())}
+    assert readers == {"face_preprocess", "document_ocr"}
