@@ -25,7 +25,7 @@ class FakeTensor:
 
 
 class FakeError:
-    INVALID_ARG, INTERNAL = "INVALID_ARG", "INTERNAL"
+    INVALID_ARG, INTERNAL, UNAVAILABLE = "INVALID_ARG", "INTERNAL", "UNAVAILABLE"
 
     def __init__(self, message: str, code: str = "INTERNAL") -> None:
         self._message, self.code = message, code

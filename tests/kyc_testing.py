@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import os
 import shutil
 import textwrap
 import threading
@@ -110,16 +109,12 @@ def build_tiny_repository(root: Path) -> Path:
     return root
 
 
-def link_tree(src: Path, dest: Path) -> Path:
-    """Copy a repository cheaply: files are hard-linked (weights are tens of MB)."""
-
-    def link(s: str, d: str) -> None:
-        try:
-            os.link(s, d)
-        except OSError:
-            shutil.copy2(s, d)
-
-    shutil.copytree(src, dest, copy_function=link,
+def copy_tree(src: Path, dest: Path) -> Path:
+    """Copy a repository (about 50 MB). Not hard links: Triton's poll takes a file's
+    max(mtime, ctime), and a new link to a file changes its ctime, so every copy made
+    by one test reloaded every model of the servers other tests ran on linked copies
+    (and a test writing into a linked file would have edited the shipped one)."""
+    shutil.copytree(src, dest,
                     ignore=shutil.ignore_patterns("__pycache__", ".staging-*", ".publish.lock"))
     return dest
 

@@ -58,10 +58,13 @@ def encoded_items(request: Any, name: str) -> list[bytes]:
     return [v if isinstance(v, bytes) else str(v).encode() for v in array[:, 0]]
 
 
-def error_response(message: str, invalid_argument: bool = True) -> Any:
-    """A per-request error: INVALID_ARG for bad input, INTERNAL otherwise."""
+def error_response(message: str, invalid_argument: bool = True,
+                   unavailable: bool = False) -> Any:
+    """A per-request error: INVALID_ARG for bad input, UNAVAILABLE for a capacity
+    condition (try again later), INTERNAL otherwise."""
     pb = pb_utils()
-    code = pb.TritonError.INVALID_ARG if invalid_argument else pb.TritonError.INTERNAL
+    code = (pb.TritonError.UNAVAILABLE if unavailable else
+            pb.TritonError.INVALID_ARG if invalid_argument else pb.TritonError.INTERNAL)
     return pb.InferenceResponse(output_tensors=[], error=pb.TritonError(message, code))
 
 

@@ -9,7 +9,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from kyc.runtime.server import TritonServer
-from kyc_testing import SHIPPED_REPOSITORY, link_tree, require_weights, start_server
+from kyc_testing import SHIPPED_REPOSITORY, copy_tree, require_weights, start_server
 
 pytestmark = pytest.mark.integration
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 def served_repository(tmp_path_factory) -> Path:
     """A copy of the shipped repository (tests may publish into it)."""
     require_weights()
-    return link_tree(SHIPPED_REPOSITORY, tmp_path_factory.mktemp("served") / "model_repository")
+    return copy_tree(SHIPPED_REPOSITORY, tmp_path_factory.mktemp("served") / "model_repository")
 
 
 @pytest.fixture(scope="session")

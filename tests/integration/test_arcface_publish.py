@@ -12,7 +12,7 @@ import tritonclient.grpc as grpcclient
 
 from kyc.repo.check import check_repository
 from kyc_export import arcface
-from kyc_testing import SHIPPED_REPOSITORY, link_tree, require_weights, start_server
+from kyc_testing import SHIPPED_REPOSITORY, copy_tree, require_weights, start_server
 
 pytestmark = pytest.mark.integration
 
@@ -58,7 +58,7 @@ def test_publishing_a_512_d_arcface_moves_traffic_over_without_a_failed_request(
     require_weights()
     repo = tmp_path / "repo"
     repo.mkdir()
-    link_tree(SHIPPED_REPOSITORY / "face_embedding", repo / "face_embedding")
+    copy_tree(SHIPPED_REPOSITORY / "face_embedding", repo / "face_embedding")
     exported = arcface.export_arcface(arcface.random_backbone("r18", seed=0), "r18")
     server = start_server(repo, tmp_path / "server.log", poll_secs=1)
     calls = Calls(server.options.grpc_url)

@@ -27,7 +27,7 @@ from kyc.liveness.client import LivenessReply, frame_input
 from kyc.liveness.synthetic import turn_sequence
 from kyc.runtime.server import SHM_DIR, ServerOptions, TritonServer, is_ready
 from kyc_export.fetch import fetch_test_photos
-from kyc_testing import SHIPPED_REPOSITORY, link_tree, require_weights, start_server
+from kyc_testing import SHIPPED_REPOSITORY, copy_tree, require_weights, start_server
 
 pytestmark = pytest.mark.integration
 
@@ -58,7 +58,7 @@ def served(tmp_path_factory):
     """A server of each test's own: its faults must not reach another test."""
     require_weights()
     root = tmp_path_factory.mktemp("faults")
-    repo = link_tree(SHIPPED_REPOSITORY, root / "repo")
+    repo = copy_tree(SHIPPED_REPOSITORY, root / "repo")
     server = start_server(repo, root / "server.log")
     yield server, repo, root
     server.stop()
@@ -143,7 +143,7 @@ def test_a_killed_server_is_unavailable_to_clients_and_a_restart_on_its_ports_se
 ):
     require_weights()
     selfie, image = person
-    repo = link_tree(SHIPPED_REPOSITORY, tmp_path / "repo")
+    repo = copy_tree(SHIPPED_REPOSITORY, tmp_path / "repo")
     first = start_server(repo, tmp_path / "first.log")
     options = first.options
     client = grpcclient.InferenceServerClient(options.grpc_url)

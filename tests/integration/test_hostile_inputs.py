@@ -29,7 +29,7 @@ from kyc.document.synthetic import Degradation, random_identity, render_document
 from kyc.repo.config import load_config
 from kyc.runtime.server import is_ready
 from kyc_export.fetch import fetch_test_photos
-from kyc_testing import SHIPPED_REPOSITORY, concurrently, link_tree, require_weights, start_server
+from kyc_testing import SHIPPED_REPOSITORY, concurrently, copy_tree, require_weights, start_server
 
 pytestmark = pytest.mark.integration
 
@@ -49,7 +49,7 @@ def parameter(repository: Path, model: str, key: str) -> int:
 def served(tmp_path_factory):
     require_weights()
     root = tmp_path_factory.mktemp("hostile")
-    repository = link_tree(SHIPPED_REPOSITORY, root / "repo")
+    repository = copy_tree(SHIPPED_REPOSITORY, root / "repo")
     server = start_server(repository, root / "server.log")
     yield server, repository, root / "server.log"
     server.stop()

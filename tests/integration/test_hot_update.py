@@ -18,7 +18,7 @@ from kyc.document.synthetic import Degradation, random_identity, render_document
 from kyc.liveness.client import LivenessReply, frame_input
 from kyc.liveness.synthetic import turn_sequence
 from kyc_export.fetch import fetch_test_photos
-from kyc_testing import SHIPPED_REPOSITORY, link_tree, require_weights, start_server
+from kyc_testing import SHIPPED_REPOSITORY, copy_tree, require_weights, start_server
 
 pytestmark = pytest.mark.integration
 
@@ -33,7 +33,7 @@ def one(name: str, value: bytes) -> grpcclient.InferInput:
 def live(tmp_path_factory):
     require_weights()
     root = tmp_path_factory.mktemp("hot")
-    repo = link_tree(SHIPPED_REPOSITORY, root / "repo")
+    repo = copy_tree(SHIPPED_REPOSITORY, root / "repo")
     server = start_server(repo, root / "server.log", poll_secs=1)
     yield repo, server, root
     server.stop()

@@ -1,8 +1,9 @@
-"""Idle liveness sessions are evicted, and the count of held sessions goes back to zero.
+"""Idle liveness sessions are evicted, and the count of held sessions goes back to zero;
+past ``max_sessions`` a START is refused as UNAVAILABLE (a capacity condition).
 
 A server of its own over a copy of the face models and liveness_sequence whose
 config is shortened: Triton drops a sequence idle for 1.5 s, the model evicts
-state idle for 2 s.
+state idle for 2 s and holds at most 5 sessions.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ import tritonclient.grpc as grpcclient
 from kyc.liveness.client import LivenessReply, frame_input
 from kyc.liveness.synthetic import encode
 from kyc.repo.config_edit import set_string_parameter
-from kyc_testing import SHIPPED_REPOSITORY, link_tree, require_weights, start_server
+from kyc_testing import SHIPPED_REPOSITORY, copy_tree, require_weights, start_server
 
 pytestmark = pytest.mark.integration
 
 MODELS = ("face_detector", "face_preprocess", "face_embedding", "liveness_sequence")
+MAX_SESSIONS = 5
 
 
 @pytest.fixture(scope="module")
@@ -29,12 +31,13 @@ def short_lived(tmp_path_factory):
     require_weights()
     root = tmp_path_factory.mktemp("eviction") / "models"
     for model in MODELS:
-        link_tree(SHIPPED_REPOSITORY / model, root / model)
+        copy_tree(SHIPPED_REPOSITORY / model, root / model)
     config = root / "liveness_sequence" / "config.pbtxt"
     text = set_string_parameter(config.read_text(), "idle_ttl_s", "2")
+    text = set_string_parameter(text, "max_sessions", str(MAX_SESSIONS))
     text = re.sub(r"max_sequence_idle_microseconds: \d+", "max_sequence_idle_microseconds: "
                   "1500000", text)
-    config.unlink()  # hard-linked to the shipped file: write a new one
+    config.unlink()
     config.write_text(text)
     server = start_server(root, root.parent / "tritonserver.log")
     client = grpcclient.InferenceServerClient(server.options.grpc_url)
@@ -70,3 +73,18 @@ def test_idle_sessions_are_evicted_and_the_held_count_returns_to_zero(short_live
     done = call(short_lived, "fresh", frame, end=True)
     assert done.status["state"] == "done" and done.status["sessions"]["live"] == 0
     assert not done.is_live and "challenge_not_completed" in done.status["reasons"]
+
+
+def test_past_max_sessions_a_start_is_unavailable_and_the_others_go_on(short_lived):
+    time.sleep(3)  # sessions of other tests evicted
+    sids = [uuid.uuid4().hex for _ in range(MAX_SESSIONS)]
+    for sid in sids:
+        assert call(short_lived, sid, start=True).status["state"] == "started"
+    refused = call(short_lived, uuid.uuid4().hex, start=True)
+    assert isinstance(refused, grpcclient.InferenceServerException)
+    assert "UNAVAILABLE" in str(refused.status()), refused
+    assert f"{MAX_SESSIONS} liveness sessions are live" in refused.message()
+    for sid in sids:  # the held sessions still answer, and end
+        done = call(short_lived, sid, end=True)
+        assert not isinstance(done, Exception) and done.status["state"] == "done"
+    assert call(short_lived, uuid.uuid4().hex, start=True).status["state"] == "started"

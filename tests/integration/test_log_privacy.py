@@ -17,7 +17,7 @@ from kyc.document.synthetic import Degradation, random_identity, render_document
 from kyc.liveness.client import run_session
 from kyc.liveness.synthetic import turn_sequence
 from kyc_export.fetch import fetch_test_photos
-from kyc_testing import SHIPPED_REPOSITORY, link_tree, require_weights, start_server
+from kyc_testing import SHIPPED_REPOSITORY, copy_tree, require_weights, start_server
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +35,7 @@ def flows(tmp_path_factory):
     require_weights()
     root = tmp_path_factory.mktemp("privacy")
     log_file = root / "server.log"
-    server = start_server(link_tree(SHIPPED_REPOSITORY, root / "repo"), log_file, log_verbose=1)
+    server = start_server(copy_tree(SHIPPED_REPOSITORY, root / "repo"), log_file, log_verbose=1)
     photos = fetch_test_photos()
     client = grpcclient.InferenceServerClient(server.options.grpc_url)
     secrets: dict[str, list] = {"text": [], "images": [], "floats": []}

@@ -40,7 +40,7 @@ from kyc.budgets import (
 from kyc.client import KycClient, RetryPolicy
 from kyc.loadgen import OK, closed_loop_rate, run_open_loop, summarize, triton_starter
 from kyc_export.fetch import fetch_test_photos
-from kyc_testing import SHIPPED_REPOSITORY, link_tree, require_weights, start_server
+from kyc_testing import SHIPPED_REPOSITORY, copy_tree, require_weights, start_server
 
 pytestmark = pytest.mark.integration
 
@@ -60,10 +60,10 @@ LOAD_S = 20.0
 def server(tmp_path_factory):
     require_weights()
     root = tmp_path_factory.mktemp("overload")
-    repository = link_tree(SHIPPED_REPOSITORY, root / "model_repository")
+    repository = copy_tree(SHIPPED_REPOSITORY, root / "model_repository")
     config = repository / MODEL / "config.pbtxt"
     text = config.read_text()
-    config.unlink()  # a hard link to the shipped file
+    config.unlink()
     config.write_text(with_queue_policy(text, MODEL))
     server = start_server(repository, root / "tritonserver.log")
     yield server

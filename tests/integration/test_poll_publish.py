@@ -17,7 +17,7 @@ import tritonclient.grpc as grpcclient
 from kyc_testing import (
     ECHO_CONFIG,
     SHIPPED_REPOSITORY,
-    link_tree,
+    copy_tree,
     require_weights,
     start_server,
     write_echo_version,
@@ -80,7 +80,7 @@ def live_repository(tmp_path):
     require_weights()
     repo = tmp_path / "repo"
     repo.mkdir()
-    link_tree(SHIPPED_REPOSITORY / "face_embedding", repo / "face_embedding")
+    copy_tree(SHIPPED_REPOSITORY / "face_embedding", repo / "face_embedding")
     (repo / "echo").mkdir()
     (repo / "echo" / "config.pbtxt").write_text(textwrap.dedent(ECHO_CONFIG))
     write_echo_version(repo / "echo" / "1", scale=1.0)

@@ -216,7 +216,8 @@ class LivenessModel:
             if item.end and item.session is not None:  # a bad last frame still ends it
                 self.store.end(item.sid)
             return error_response(str(item.error),
-                                  invalid_argument=isinstance(item.error, RequestError))
+                                  invalid_argument=isinstance(item.error, RequestError),
+                                  unavailable=isinstance(item.error, SessionLimitError))
         session = item.session
         assert session is not None
         if item.result is not None:
