@@ -174,3 +174,16 @@ def concurrently(url: str, model: str, inputs: list[list[grpcclient.InferInput]]
     finally:
         client.close()
     return results
+
+
+def liveness_step(client: grpcclient.InferenceServerClient, sid, frame: bytes = b"",
+                  start: bool = False, end: bool = False):
+    """One liveness_sequence request: the reply, or the error as the result."""
+    from kyc.liveness.client import LivenessReply, frame_input
+
+    try:
+        return LivenessReply.from_result(client.infer(
+            "liveness_sequence", [frame_input(frame)], sequence_id=sid, sequence_start=start,
+            sequence_end=end, client_timeout=60))
+    except Exception as exc:
+        return exc

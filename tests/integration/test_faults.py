@@ -23,11 +23,17 @@ from PIL import Image
 from tritonclient.utils import InferenceServerException
 
 from kyc.client import NO_RETRY, KycClient, KycUnavailableError
-from kyc.liveness.client import LivenessReply, frame_input
+from kyc.liveness.client import LivenessReply
 from kyc.liveness.synthetic import turn_sequence
 from kyc.runtime.server import SHM_DIR, ServerOptions, TritonServer, is_ready
 from kyc_export.fetch import fetch_test_photos
-from kyc_testing import SHIPPED_REPOSITORY, copy_tree, require_weights, start_server
+from kyc_testing import (
+    SHIPPED_REPOSITORY,
+    copy_tree,
+    liveness_step,
+    require_weights,
+    start_server,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -71,14 +77,6 @@ def person():
         Image.open(photos["person_a_2"]).convert("RGB"))
 
 
-def step(client, sid, frame: bytes, start: bool = False, end: bool = False):
-    try:
-        return LivenessReply.from_result(client.infer(
-            "liveness_sequence", [frame_input(frame)], sequence_id=sid, sequence_start=start,
-            sequence_end=end, client_timeout=60))
-    except Exception as exc:
-        return exc
-
 
 def test_a_killed_stub_fails_its_models_requests_clearly_while_the_others_serve(
     served, person
@@ -119,13 +117,13 @@ def test_a_killed_liveness_stub_ends_its_open_sessions_with_an_error_never_a_ver
     selfie, image = person
     client = grpcclient.InferenceServerClient(server.options.grpc_url)
     box = client.infer("face_preprocess", [one("IMAGE", selfie)]).as_numpy("BOX")[0]
-    start = step(client, "fault-1", b"", start=True)
+    start = liveness_step(client, "fault-1", b"", start=True)
     assert isinstance(start, LivenessReply)
     frames = turn_sequence(image, box, start.status["challenge"]["moves"])
     for frame in frames[:5]:
-        assert isinstance(step(client, "fault-1", frame), LivenessReply)
+        assert isinstance(liveness_step(client, "fault-1", frame), LivenessReply)
     os.kill(stub_pid(server.process.pid, "liveness_sequence_0_0"), signal.SIGKILL)
-    replies = [step(client, "fault-1", frame, end=k == len(frames) - 6)
+    replies = [liveness_step(client, "fault-1", frame, end=k == len(frames) - 6)
                for k, frame in enumerate(frames[5:])]
     errors = [r for r in replies if isinstance(r, Exception)]
     print(f"\nkilled liveness stub: {len(errors)} of {len(replies)} later frames refused: "
@@ -134,7 +132,7 @@ def test_a_killed_liveness_stub_ends_its_open_sessions_with_an_error_never_a_ver
     assert {e.message() for e in errors} == {
         "Stub process 'liveness_sequence_0_0' is not healthy."}
     # a new session is refused the same way until the server is restarted
-    assert isinstance(step(client, "fault-2", b"", start=True), InferenceServerException)
+    assert isinstance(liveness_step(client, "fault-2", b"", start=True), InferenceServerException)
     client.close()
 
 
@@ -148,12 +146,12 @@ def test_a_killed_server_is_unavailable_to_clients_and_a_restart_on_its_ports_se
     options = first.options
     client = grpcclient.InferenceServerClient(options.grpc_url)
     box = client.infer("face_preprocess", [one("IMAGE", selfie)]).as_numpy("BOX")[0]
-    assert isinstance(step(client, "dead-1", b"", start=True), LivenessReply)
+    assert isinstance(liveness_step(client, "dead-1", b"", start=True), LivenessReply)
     regions = sorted(SHM_DIR.glob(f"{first.shm_prefix}*"))
     assert regions
     os.kill(first.process.pid, signal.SIGKILL)
     first.process.wait(timeout=30)
-    lost = step(client, "dead-1", selfie)
+    lost = liveness_step(client, "dead-1", selfie)
     assert isinstance(lost, Exception) and "UNAVAILABLE" in str(lost.status())
     client.close()
     with KycClient(options.grpc_url, retry=NO_RETRY) as sdk, \
@@ -169,10 +167,10 @@ def test_a_killed_server_is_unavailable_to_clients_and_a_restart_on_its_ports_se
     with second:
         assert is_ready(options.http_url)
         client = grpcclient.InferenceServerClient(options.grpc_url)
-        start = step(client, "dead-2", b"", start=True)
+        start = liveness_step(client, "dead-2", b"", start=True)
         assert isinstance(start, LivenessReply)
         frames = turn_sequence(image, box, start.status["challenge"]["moves"])
-        replies = [step(client, "dead-2", f, end=k == len(frames) - 1)
+        replies = [liveness_step(client, "dead-2", f, end=k == len(frames) - 1)
                    for k, f in enumerate(frames)]
         client.close()
         assert not any(isinstance(r, Exception) for r in replies) and replies[-1].is_live

@@ -15,10 +15,17 @@ from PIL import Image
 from test_poll_publish import Load, kyc_publish, states
 
 from kyc.document.synthetic import Degradation, random_identity, render_document
-from kyc.liveness.client import LivenessReply, frame_input
+from kyc.liveness.client import LivenessReply
 from kyc.liveness.synthetic import turn_sequence
+from kyc.runtime.procs import stubs_per_model
 from kyc_export.fetch import fetch_test_photos
-from kyc_testing import SHIPPED_REPOSITORY, copy_tree, require_weights, start_server
+from kyc_testing import (
+    SHIPPED_REPOSITORY,
+    copy_tree,
+    liveness_step,
+    require_weights,
+    start_server,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -121,18 +128,8 @@ def test_publishing_onnx_python_and_broken_versions_under_kyc_load_fails_no_requ
     assert json.loads(kyc.last_output[0, 0])["decision"] in ("review", "reject", "approve")
     assert "3" not in face.versions
     # the old versions' stubs are gone: as many stubs as before the updates
-    from kyc.runtime.procs import stubs_per_model
-
     assert wait_stubs(server, before) == before, stubs_per_model(server.process.pid)
 
-
-def session_step(client, sid: str, frame: bytes, start: bool = False, end: bool = False):
-    try:
-        return LivenessReply.from_result(client.infer(
-            "liveness_sequence", [frame_input(frame)], sequence_id=sid, sequence_start=start,
-            sequence_end=end, client_timeout=60))
-    except Exception as exc:
-        return exc
 
 
 @pytest.mark.parametrize("model", ["face_embedding", "liveness_sequence"])
@@ -150,12 +147,12 @@ def test_open_liveness_sessions_end_live_or_with_a_clear_error_across_a_publish(
     sessions = {}
     for k in range(3):
         sid = f"hot-{model}-{k}"
-        reply = session_step(client, sid, b"", start=True)
+        reply = liveness_step(client, sid, b"", start=True)
         assert isinstance(reply, LivenessReply), reply
         sessions[sid] = turn_sequence(image, box, reply.status["challenge"]["moves"])
     for sid, frames in sessions.items():  # the first half of every film
         for frame in frames[:len(frames) // 2]:
-            assert isinstance(session_step(client, sid, frame), LivenessReply)
+            assert isinstance(liveness_step(client, sid, frame), LivenessReply)
     current = max(int(v) for v in states(server, model))
     published = kyc_publish(repo, model, SHIPPED_REPOSITORY / model / "1")
     assert published.returncode == 0, published.stderr
@@ -165,7 +162,7 @@ def test_open_liveness_sessions_end_live_or_with_a_clear_error_across_a_publish(
     for sid, frames in sessions.items():
         rest = frames[len(frames) // 2:]
         for k, frame in enumerate(rest):
-            reply = session_step(client, sid, frame, end=k == len(rest) - 1)
+            reply = liveness_step(client, sid, frame, end=k == len(rest) - 1)
             if isinstance(reply, Exception):
                 outcomes[sid] = reply
                 break

@@ -15,10 +15,15 @@ import uuid
 import pytest
 import tritonclient.grpc as grpcclient
 
-from kyc.liveness.client import LivenessReply, frame_input
 from kyc.liveness.synthetic import encode
 from kyc.repo.config_edit import set_string_parameter
-from kyc_testing import SHIPPED_REPOSITORY, copy_tree, require_weights, start_server
+from kyc_testing import (
+    SHIPPED_REPOSITORY,
+    copy_tree,
+    liveness_step,
+    require_weights,
+    start_server,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -46,14 +51,6 @@ def short_lived(tmp_path_factory):
     server.stop()
 
 
-def call(client, sid, frame=b"", start=False, end=False):
-    try:
-        return LivenessReply.from_result(client.infer(
-            "liveness_sequence", [frame_input(frame)], sequence_id=sid, sequence_start=start,
-            sequence_end=end))
-    except Exception as exc:  # the error is the result
-        return exc
-
 
 def test_idle_sessions_are_evicted_and_the_held_count_returns_to_zero(short_lived):
     import numpy as np
@@ -61,16 +58,16 @@ def test_idle_sessions_are_evicted_and_the_held_count_returns_to_zero(short_live
     frame = encode(np.full((120, 160, 3), 128, np.uint8), 90)
     idle = [uuid.uuid4().hex for _ in range(3)]
     for sid in idle:
-        assert call(short_lived, sid, start=True).status["state"] == "started"
-        assert call(short_lived, sid, frame).status["frame"]["face_found"] is False
-    fourth = call(short_lived, "fourth", start=True)
+        assert liveness_step(short_lived, sid, start=True).status["state"] == "started"
+        assert liveness_step(short_lived, sid, frame).status["frame"]["face_found"] is False
+    fourth = liveness_step(short_lived, "fourth", start=True)
     assert fourth.status["sessions"]["live"] == 4
     time.sleep(3)
-    fresh = call(short_lived, "fresh", start=True)
+    fresh = liveness_step(short_lived, "fresh", start=True)
     assert fresh.status["sessions"] == {"live": 1, "evicted_idle": 4}
-    late = call(short_lived, idle[0], frame)
+    late = liveness_step(short_lived, idle[0], frame)
     assert isinstance(late, Exception) and "START" in str(late)
-    done = call(short_lived, "fresh", frame, end=True)
+    done = liveness_step(short_lived, "fresh", frame, end=True)
     assert done.status["state"] == "done" and done.status["sessions"]["live"] == 0
     assert not done.is_live and "challenge_not_completed" in done.status["reasons"]
 
@@ -79,12 +76,12 @@ def test_past_max_sessions_a_start_is_unavailable_and_the_others_go_on(short_liv
     time.sleep(3)  # sessions of other tests evicted
     sids = [uuid.uuid4().hex for _ in range(MAX_SESSIONS)]
     for sid in sids:
-        assert call(short_lived, sid, start=True).status["state"] == "started"
-    refused = call(short_lived, uuid.uuid4().hex, start=True)
+        assert liveness_step(short_lived, sid, start=True).status["state"] == "started"
+    refused = liveness_step(short_lived, uuid.uuid4().hex, start=True)
     assert isinstance(refused, grpcclient.InferenceServerException)
     assert "UNAVAILABLE" in str(refused.status()), refused
     assert f"{MAX_SESSIONS} liveness sessions are live" in refused.message()
     for sid in sids:  # the held sessions still answer, and end
-        done = call(short_lived, sid, end=True)
+        done = liveness_step(short_lived, sid, end=True)
         assert not isinstance(done, Exception) and done.status["state"] == "done"
-    assert call(short_lived, uuid.uuid4().hex, start=True).status["state"] == "started"
+    assert liveness_step(short_lived, uuid.uuid4().hex, start=True).status["state"] == "started"
