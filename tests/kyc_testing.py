@@ -13,6 +13,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from onnx import TensorProto, helper
 
+from kyc.liveness.client import LivenessReply, frame_input
 from kyc.runtime.server import ServerError, ServerOptions, TritonServer, free_port
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -179,8 +180,6 @@ def concurrently(url: str, model: str, inputs: list[list[grpcclient.InferInput]]
 def liveness_step(client: grpcclient.InferenceServerClient, sid, frame: bytes = b"",
                   start: bool = False, end: bool = False):
     """One liveness_sequence request: the reply, or the error as the result."""
-    from kyc.liveness.client import LivenessReply, frame_input
-
     try:
         return LivenessReply.from_result(client.infer(
             "liveness_sequence", [frame_input(frame)], sequence_id=sid, sequence_start=start,

@@ -77,7 +77,6 @@ def person():
         Image.open(photos["person_a_2"]).convert("RGB"))
 
 
-
 def test_a_killed_stub_fails_its_models_requests_clearly_while_the_others_serve(
     served, person
 ):

@@ -131,7 +131,6 @@ def test_publishing_onnx_python_and_broken_versions_under_kyc_load_fails_no_requ
     assert wait_stubs(server, before) == before, stubs_per_model(server.process.pid)
 
 
-
 @pytest.mark.parametrize("model", ["face_embedding", "liveness_sequence"])
 def test_open_liveness_sessions_end_live_or_with_a_clear_error_across_a_publish(
     live, person, model

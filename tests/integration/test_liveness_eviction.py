@@ -51,7 +51,6 @@ def short_lived(tmp_path_factory):
     server.stop()
 
 
-
 def test_idle_sessions_are_evicted_and_the_held_count_returns_to_zero(short_lived):
     import numpy as np
 
