@@ -18,6 +18,7 @@ from kyc.liveness.token import (
     TokenKeyError,
     TokenSealer,
     create_key_file,
+    key_id,
     load_key,
 )
 
@@ -165,8 +166,9 @@ def claims(expires: float = 2e9) -> LivenessClaims:
 def test_a_token_round_trips_and_hides_its_content():
     sealer = TokenSealer(b"k" * 32)
     token = sealer.seal(claims())
-    assert token.startswith(b"kyc1.") and b"s1" not in base64.urlsafe_b64decode(
-        token[5:] + b"=" * (-len(token[5:]) % 4))
+    body = token.split(b".")[2]
+    assert token.startswith(b"kyc2." + sealer.key_id.encode() + b".")
+    assert b"s1" not in base64.urlsafe_b64decode(body + b"=" * (-len(body) % 4))
     opened = sealer.open(token, now=1.5e9)
     assert opened.session == "s1" and opened.is_live and opened.challenge == ("left", "right")
     np.testing.assert_array_equal(opened.embedding, unit(3))
@@ -181,13 +183,53 @@ def test_altered_foreign_expired_or_garbage_tokens_are_refused():
         forged[position] = ord("B") if forged[position] != ord("B") else ord("C")
         with pytest.raises(TokenError):
             sealer.open(bytes(forged), now=1.5e9)
-    with pytest.raises(TokenError, match="another key"):
+    with pytest.raises(TokenError, match="another token key"):
         TokenSealer(b"j" * 32).open(bytes(token), now=1.5e9)
     with pytest.raises(TokenError, match="expired"):
         sealer.open(bytes(token), now=2e9)
     for junk in (b"", b"kyc1.", b"kyc1.!!!", b"nope", "é".encode()):
         with pytest.raises(TokenError):
             sealer.open(junk)
+
+
+def test_replicas_with_the_same_key_read_each_others_tokens():
+    replica_a, replica_b = TokenSealer(b"k" * 32), TokenSealer(b"k" * 32)
+    assert replica_a.key_id == replica_b.key_id == key_id(b"k" * 32)
+    assert replica_b.open(replica_a.seal(claims()), now=1.5e9).session == "s1"
+
+
+def test_a_token_from_a_replica_with_another_key_names_both_key_ids():
+    ours, theirs = TokenSealer(b"k" * 32), TokenSealer(b"j" * 32)
+    assert ours.key_id != theirs.key_id and len(ours.key_id) == 8
+    with pytest.raises(TokenError) as refused:
+        ours.open(theirs.seal(claims()), now=1.5e9)
+    message = str(refused.value)
+    assert theirs.key_id in message and ours.key_id in message
+    assert "every server must have the same KYC_TOKEN_KEY" in message
+
+
+def test_a_token_whose_key_id_was_swapped_fails_its_tag():
+    ours, theirs = TokenSealer(b"k" * 32), TokenSealer(b"j" * 32)
+    swapped = theirs.seal(claims()).replace(theirs.key_id.encode(), ours.key_id.encode(), 1)
+    with pytest.raises(TokenError, match="altered or made with another key"):
+        ours.open(swapped, now=1.5e9)
+
+
+def test_a_token_of_the_earlier_format_without_key_id_is_still_read():
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    nonce = b"n" * 12
+    sealed = AESGCM(b"k" * 32).encrypt(nonce, claims().to_json(), b"kyc-liveness-token-v1")
+    legacy = b"kyc1." + base64.urlsafe_b64encode(nonce + sealed).rstrip(b"=")
+    assert TokenSealer(b"k" * 32).open(legacy, now=1.5e9).session == "s1"
+    with pytest.raises(TokenError, match="altered or made with another key"):
+        TokenSealer(b"j" * 32).open(legacy, now=1.5e9)
+
+
+def test_a_key_id_tells_nothing_of_the_key():
+    key = bytes(range(32))
+    assert key_id(key) == key_id(key) and key.hex()[:8] not in key_id(key)
+    assert len({key_id(bytes([i]) * 32) for i in range(64)}) == 64
 
 
 def test_a_token_longer_than_the_cap_is_refused_before_it_is_decoded():

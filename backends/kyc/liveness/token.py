@@ -1,12 +1,19 @@
 """LIVENESS_TOKEN: the result of a liveness session, encrypted and authenticated.
 
 AES-256-GCM (``cryptography``) with a 96-bit random nonce per token. The token is
-``"kyc1." + base64url(nonce || ciphertext || tag)``; the associated data binds the
-format version. Its plaintext is JSON: session id, verdict, score, issue and expiry
-times (Unix seconds), the challenge, and the embedding of the session's best frame
-(so ``kyc_ensemble`` can check that the selfie and the document show the live
-person). A client can neither read nor change it: a modified byte fails the tag,
-an expired token is refused.
+``"kyc2." + key id + "." + base64url(nonce || ciphertext || tag)``; the associated
+data binds the format version and the key id. The key id (8 hex digits of a
+SHA-256 of the key, which tells nothing of the key) names the key that sealed the
+token, so a server holding another key says so instead of a bare "altered": every
+replica behind one service must read the same key. Tokens of the earlier format
+(``"kyc1."``, no key id), which servers before the key id issued, are still read:
+they live 5 minutes, the length of a rolling update.
+
+Its plaintext is JSON: session id, verdict, score, issue and expiry times (Unix
+seconds), the challenge, and the embedding of the session's best frame (so
+``kyc_ensemble`` can check that the selfie and the document show the live person).
+A client can neither read nor change it: a modified byte fails the tag, an expired
+token is refused.
 
 The key (32 bytes) is shared by every model that makes or reads tokens:
 ``KYC_TOKEN_KEY`` (base64) or ``KYC_TOKEN_KEY_FILE`` (a file holding it in
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import os
 import secrets
@@ -27,8 +35,11 @@ from pathlib import Path
 
 import numpy as np
 
-PREFIX = "kyc1."
-AAD = b"kyc-liveness-token-v1"
+PREFIX = "kyc2."
+AAD = b"kyc-liveness-token-v2:"  # + the key id
+LEGACY_PREFIX = "kyc1."
+LEGACY_AAD = b"kyc-liveness-token-v1"
+KEY_ID_CHARS = 8
 KEY_BYTES = 32
 NONCE_BYTES = 12
 # A real token is about 0.9 KB (128-d embedding) or 3 KB (512-d); anything longer is
@@ -73,6 +84,11 @@ def load_key(environ: dict[str, str] | None = None) -> bytes:
             raise TokenKeyError(f"{ENV_KEY_FILE}: cannot read {path}: {exc.strerror}") from None
     raise TokenKeyError(f"no token key: set {ENV_KEY} (base64 of {KEY_BYTES} random bytes) "
                         f"or {ENV_KEY_FILE}")
+
+
+def key_id(key: bytes) -> str:
+    """The key's public name: 8 hex digits of a domain-separated SHA-256 of it."""
+    return hashlib.sha256(b"kyc-liveness-token-key-id\0" + key).hexdigest()[:KEY_ID_CHARS]
 
 
 def create_key_file(path: Path) -> Path:
@@ -127,11 +143,28 @@ class TokenSealer:
         if len(key) != KEY_BYTES:
             raise TokenKeyError(f"a token key is {KEY_BYTES} bytes")
         self._aead = AESGCM(key)
+        self.key_id = key_id(key)
 
     def seal(self, claims: LivenessClaims) -> bytes:
         nonce = secrets.token_bytes(NONCE_BYTES)
-        sealed = self._aead.encrypt(nonce, claims.to_json(), AAD)
-        return (PREFIX + base64.urlsafe_b64encode(nonce + sealed).decode().rstrip("=")).encode()
+        sealed = self._aead.encrypt(nonce, claims.to_json(), AAD + self.key_id.encode())
+        body = base64.urlsafe_b64encode(nonce + sealed).decode().rstrip("=")
+        return f"{PREFIX}{self.key_id}.{body}".encode()
+
+    def _body(self, text: str) -> tuple[str, bytes]:
+        """The base64 part of a token and its associated data, by format."""
+        if text.startswith(LEGACY_PREFIX):
+            return text[len(LEGACY_PREFIX):], LEGACY_AAD
+        if not text.startswith(PREFIX):
+            raise TokenError("not a liveness token (wrong prefix)")
+        kid, dot, body = text[len(PREFIX):].partition(".")
+        if not dot or len(kid) != KEY_ID_CHARS:
+            raise TokenError("token has no key id")
+        if kid != self.key_id:
+            raise TokenError(f"token was sealed with another token key (key id {kid[:8]!r}, "
+                             f"this server's is {self.key_id!r}): every server must have "
+                             "the same KYC_TOKEN_KEY")
+        return body, AAD + kid.encode()
 
     def open(self, token: bytes, now: float | None = None) -> LivenessClaims:
         """The claims of a genuine, unexpired token; else :class:`TokenError`."""
@@ -143,9 +176,7 @@ class TokenSealer:
             text = token.decode("ascii")
         except UnicodeDecodeError:
             raise TokenError("token is not ASCII") from None
-        if not text.startswith(PREFIX):
-            raise TokenError("not a liveness token (wrong prefix)")
-        body = text[len(PREFIX):]
+        body, aad = self._body(text)
         try:
             blob = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
         except (binascii.Error, ValueError):
@@ -153,7 +184,7 @@ class TokenSealer:
         if len(blob) < NONCE_BYTES + 16:
             raise TokenError("token is too short")
         try:
-            plain = self._aead.decrypt(blob[:NONCE_BYTES], blob[NONCE_BYTES:], AAD)
+            plain = self._aead.decrypt(blob[:NONCE_BYTES], blob[NONCE_BYTES:], aad)
         except InvalidTag:
             raise TokenError("token was altered or made with another key") from None
         claims = LivenessClaims.from_json(plain)

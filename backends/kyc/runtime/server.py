@@ -252,6 +252,7 @@ class TritonServer:
         # else knows (poll mode needs no API to pick up new versions).
         self.admin_key = options.admin_key or secrets.token_urlsafe(24)
         self.process: subprocess.Popen[bytes] | None = None
+        self.token_key_id: str | None = None
         self.install: TritonInstall | None = None
         self._backend_tmp: Path | None = None
         self._log_handle: IO[bytes] | None = None
@@ -311,6 +312,10 @@ class TritonServer:
         precompile_python_models(self.options.model_repository)
         env = token_key_environment(self.install.environment(), self.options)
         self.token_key_environment = {k: v for k, v in env.items() if k.startswith("KYC_TOKEN")}
+        from kyc.liveness.token import key_id, load_key
+
+        # its public name: replicas behind one service must all print the same
+        self.token_key_id = key_id(load_key(env))
         self.process = subprocess.Popen(
             self.command(),
             env=env,
