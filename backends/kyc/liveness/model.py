@@ -29,6 +29,7 @@ import numpy as np
 from kyc.face.preprocess import FacePreprocessor, FaceSettings
 from kyc.image import ImageError
 from kyc.liveness.challenge import MOVES, draw_challenge, parse_moves
+from kyc.liveness.metrics import SessionMetrics
 from kyc.liveness.session import (
     PAD_NOT_CONFIGURED,
     Frame,
@@ -94,10 +95,14 @@ class LivenessModel:
             repository, self.settings.embedding_model)["match_threshold"])
         self.sealer = TokenSealer(load_key())
         self.store = SessionStore(self.settings.max_sessions, self.settings.idle_ttl_s)
+        self.metrics = SessionMetrics(args["model_name"], str(args.get("model_version", "")))
         log.info("%s: moves %s x%d, passive PAD %s, at most %d sessions idle %.0f s",
                  args["model_name"], ",".join(self.moves), self.settings.challenge_length,
                  self.settings.antispoof_model or PAD_NOT_CONFIGURED,
                  self.settings.max_sessions, self.settings.idle_ttl_s)
+
+    def finalize(self) -> None:
+        self.metrics.close()
 
     def _detect(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         out = bls_infer(self.detector_model, {"IMAGES": batch}, DETECTOR_OUTPUTS)
@@ -108,6 +113,7 @@ class LivenessModel:
         started = time.perf_counter()
         now = time.monotonic()
         evicted = self.store.evict_idle(now)
+        self.metrics.evicted(evicted)
         items = [self._item(r) for r in requests]
         for item in items:
             if item.error is None:
@@ -124,6 +130,7 @@ class LivenessModel:
             return [error_response(f"liveness_sequence failed: {type(exc).__name__}",
                                    invalid_argument=False) for _ in requests]
         responses = [self._respond(item, time.monotonic()) for item in items]
+        self.metrics.live(len(self.store))
         log.info("liveness_sequence: %d requests, %d frames, %d sessions live (%d evicted) "
                  "in %.1f ms", len(requests), sum(1 for i in items if i.result is not None),
                  len(self.store), evicted, (time.perf_counter() - started) * 1e3)
@@ -159,6 +166,7 @@ class LivenessModel:
             except SessionLimitError as exc:
                 item.error = exc
                 return
+            self.metrics.started()
         session = self.store.get(item.sid)
         if session is None:
             item.error = RequestError(
@@ -235,6 +243,7 @@ class LivenessModel:
         self.store.end(item.sid)
         status["sessions"] = self._sessions()
         verdict = judge(session, self.settings, now, self.match_threshold)
+        self.metrics.ended(verdict.is_live)
         status.update({"state": "done", "is_live": verdict.is_live, "score": verdict.score,
                        "reasons": verdict.reasons, "checks": verdict.checks,
                        "figures": verdict.figures,

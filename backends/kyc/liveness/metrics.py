@@ -1,0 +1,88 @@
+"""Custom Prometheus metrics of ``liveness_sequence``, on Triton's metrics endpoint.
+
+Published through the Python backend's metrics API (``pb_utils.MetricFamily``), so
+they sit beside Triton's own ``nv_inference_*`` series on port 8002, labelled like
+them with ``model`` and ``version``:
+
+- ``kyc_liveness_sessions_started_total`` (counter): sessions started (START)
+- ``kyc_liveness_sessions_ended_total{verdict="live"|"not_live"}`` (counter): END
+- ``kyc_liveness_sessions_evicted_total`` (counter): sessions dropped idle for
+  ``idle_ttl_s``; eviction runs at the start of each execute, so an idle session
+  is counted when the next frame of any session arrives
+- ``kyc_liveness_sessions_live`` (gauge): sessions held now
+
+Counts only: no session id, challenge or verdict of a person. Without the metrics
+API (unit tests, or if Triton refuses a family) every call is a no-op.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+PREFIX = "kyc_liveness_sessions"
+
+
+class _Null:
+    def increment(self, value: float) -> None:
+        pass
+
+    def set(self, value: float) -> None:
+        pass
+
+
+class SessionMetrics:
+    """The liveness counters and gauge of one model version."""
+
+    def __init__(self, model: str, version: str) -> None:
+        self._families: list[Any] = []
+        self._metrics: dict[str, Any] = {}
+        labels = {"model": model, "version": version}
+        try:
+            import triton_python_backend_utils as pb
+
+            family = pb.MetricFamily
+            self._add(family, "started_total", family.COUNTER,
+                      "Liveness sessions started (START)", [("started", labels)])
+            self._add(family, "ended_total", family.COUNTER,
+                      "Liveness sessions ended (END), by verdict",
+                      [("live", {**labels, "verdict": "live"}),
+                       ("not_live", {**labels, "verdict": "not_live"})])
+            self._add(family, "evicted_total", family.COUNTER,
+                      "Liveness sessions dropped after idle_ttl_s without a frame",
+                      [("evicted", labels)])
+            self._add(family, "live", family.GAUGE, "Liveness sessions held now",
+                      [("live_now", labels)])
+        except Exception as exc:  # never fail the model for its metrics
+            log.warning("liveness metrics not published: %s", type(exc).__name__)
+            self.close()
+
+    def _add(self, family: Any, suffix: str, kind: Any, description: str,
+             metrics: list[tuple[str, dict[str, str]]]) -> None:
+        created = family(name=f"{PREFIX}_{suffix}", description=description, kind=kind)
+        self._families.append(created)
+        for key, labels in metrics:
+            self._metrics[key] = created.Metric(labels=labels)
+
+    def _get(self, key: str) -> Any:
+        return self._metrics.get(key) or _Null()
+
+    def started(self) -> None:
+        self._get("started").increment(1)
+
+    def ended(self, is_live: bool) -> None:
+        self._get("live" if is_live else "not_live").increment(1)
+
+    def evicted(self, count: int) -> None:
+        if count:
+            self._get("evicted").increment(count)
+
+    def live(self, count: int) -> None:
+        self._get("live_now").set(count)
+
+    def close(self) -> None:
+        """Drop the metrics before their families (the backend requires that order)."""
+        self._metrics.clear()
+        self._families.clear()
