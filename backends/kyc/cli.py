@@ -45,6 +45,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from kyc.runtime.triton import TritonNotFoundError
 
     repository = args.model_repository.resolve()
+    if args.exit_timeout_secs >= args.stop_grace:
+        print(f"kyc serve: --exit-timeout-secs ({args.exit_timeout_secs}) must be under "
+              f"--stop-grace ({args.stop_grace:g}), or Triton is killed before it drains",
+              file=sys.stderr)
+        return 2
     if not args.skip_check:
         problems = check_repository(repository)
         if problems:
@@ -75,6 +80,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         poll_secs=args.poll_secs,
         admin_key=admin_key,
         log_verbose=args.log_verbose,
+        exit_timeout_secs=args.exit_timeout_secs,
         require_token_key=args.require_token_key or production,
         production=production,
     )
@@ -137,6 +143,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         f"  model-repository API: "
         + (f"key from ${args.admin_key_env}" if admin_key else "locked (no key set)")
         + (f"\n  production: {options.restricted_apis} APIs need the key" if production else "")
+        + f"\n  liveness token key id {server.token_key_id} (the same on every replica)"
         + "\nPress Ctrl-C to stop.",
         flush=True,
     )
@@ -198,6 +205,19 @@ def cmd_repo_publish(args: argparse.Namespace) -> int:
     for problem in result.problems:
         print(f"warning (forced): {problem}", file=sys.stderr)
     print(result.version)
+    return 0
+
+
+def cmd_repo_seed(args: argparse.Namespace) -> int:
+    from kyc.repo.seed import SeedError, seed
+
+    try:
+        seeded = seed(args.src, args.dest)
+    except SeedError as exc:
+        print(f"kyc repo seed: {exc}", file=sys.stderr)
+        return 1
+    print(f"seeded {args.dest} from {args.src}" if seeded
+          else f"{args.dest} already holds a repository: left as it is")
     return 0
 
 
@@ -302,7 +322,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-file", type=Path, default=None, help="server log (default: stderr)")
     serve.add_argument("--log-verbose", type=int, default=0)
     serve.add_argument("--ready-timeout", type=float, default=180.0)
-    serve.add_argument("--stop-grace", type=float, default=30.0)
+    serve.add_argument("--stop-grace", type=float, default=30.0,
+                       help="seconds from SIGTERM to SIGKILL of tritonserver")
+    serve.add_argument("--exit-timeout-secs", type=int, default=10,
+                       help="on SIGTERM, how long Triton lets in-flight requests and "
+                            "open sequences finish (keep it under --stop-grace)")
     serve.add_argument("--skip-check", action="store_true", help="start despite repo problems")
     serve.add_argument(
         "--require-token-key", action="store_true",
@@ -332,6 +356,11 @@ def build_parser() -> argparse.ArgumentParser:
     pub.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY)
     pub.add_argument("--force", action="store_true", help="publish even if the check fails")
     pub.set_defaults(func=cmd_repo_publish)
+    seed = repo.add_parser("seed", help="copy the repository SRC to DEST atomically, unless "
+                                        "DEST already holds one (a shared volume's first start)")
+    seed.add_argument("src", type=Path)
+    seed.add_argument("dest", type=Path)
+    seed.set_defaults(func=cmd_repo_seed)
 
     from kyc_export.cli import add_models_parser
 
@@ -362,6 +391,10 @@ def build_parser() -> argparse.ArgumentParser:
     from kyc.cli_verify import add_parsers as add_verify_parsers
 
     add_verify_parsers(sub)
+
+    from kyc.ops.cli import add_parsers as add_deploy_parsers
+
+    add_deploy_parsers(sub)
 
     health = sub.add_parser("health", help="exit 0 when the server is ready")
     health.add_argument("--url", default="127.0.0.1:8000", help="HTTP host:port")

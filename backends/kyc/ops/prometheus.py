@@ -1,0 +1,193 @@
+"""Prometheus recording rules and alerts for the KYC Triton servers.
+
+Generated from the model repository (which models are ensembles or sequences) and
+``kyc.budgets`` (each model's queue budget), rendered into
+``deploy/prometheus/rules.yml`` by ``kyc deploy render``; promtool checks and unit
+tests them (``deploy/prometheus/tests/``).
+
+Series come from Triton's metrics endpoint (port 8002): the counters
+``nv_inference_*`` per model and version, and, because ``kyc serve`` runs Triton
+with ``--metrics-config=summary_latencies=true``, the summaries
+``nv_inference_{request,queue,compute_infer}_summary_us`` with quantiles 0.5 to
+0.999 over Triton's own sliding window, per server. A quantile of one server
+cannot be combined with another's, so the per-model p95 is the worst server's
+(``max``): an upper bound of the fleet's p95, which is what an alert needs.
+The liveness series (``kyc_liveness_sessions_*``) are the custom metrics that
+``liveness_sequence`` publishes through the Python backend.
+
+Every aggregation keeps ``namespace`` (and ``pod`` where it says so): the scrape
+config copies both from Kubernetes; a single server without them aggregates the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from kyc.ops.models import ServedModel
+
+JOB = "kyc-triton"
+WINDOW = "2m"  # rate windows: 8 scrapes at the 15 s interval of deploy/prometheus
+QUANTILE = "0.95"
+
+# thresholds of the alerts (the promtool tests pin them)
+FAILURE_RATIO_WARN = 0.05
+FAILURE_RATIO_PAGE = 0.25
+EVICTED_SHARE_WARN = 0.10
+FOR_FAILURES = "5m"
+FOR_QUEUE = "10m"
+FOR_NOT_READY = "5m"
+FOR_DOWN = "2m"
+FOR_EVICTIONS = "15m"
+
+# the autoscaler's signal, exposed by the Prometheus adapter under this name
+HPA_METRIC = "kyc_queue_us_per_request"
+POD_QUEUE_RULE = f"kyc:pod_queue_us_per_request:rate{WINDOW}"
+
+
+def _regex(names: Sequence[str]) -> str:
+    return "|".join(sorted(names))
+
+
+def recording_rules(models: Sequence[ServedModel]) -> list[dict[str, str]]:
+    """The recording rules: per model (fleet-wide, by namespace) and per pod."""
+    w = WINDOW
+    by = "namespace, model"
+    rate = f"kyc:request_rate:rate{w}"
+    rules = [
+        {"record": rate,
+         "expr": f"sum by ({by}) (rate(nv_inference_request_success[{w}])) + "
+                 f"sum by ({by}) (rate(nv_inference_request_failure[{w}]))"},
+        {"record": f"kyc:request_failure_rate:rate{w}",
+         "expr": f"sum by ({by}, reason) (rate(nv_inference_request_failure[{w}]))"},
+        {"record": f"kyc:failure_ratio:rate{w}",
+         "expr": f"sum by ({by}) (rate(nv_inference_request_failure[{w}])) / {rate}"},
+        {"record": f"kyc:queue_us_per_request:rate{w}",
+         "expr": f"sum by ({by}) (rate(nv_inference_queue_duration_us[{w}])) / {rate}"},
+        {"record": f"kyc:compute_us_per_request:rate{w}",
+         "expr": f"sum by ({by}) (rate(nv_inference_compute_infer_duration_us[{w}])) / {rate}"},
+        {"record": f"kyc:batch_size:rate{w}",
+         "expr": f"sum by ({by}) (rate(nv_inference_count[{w}])) / "
+                 f"sum by ({by}) (rate(nv_inference_exec_count[{w}]))"},
+    ]
+    for what, metric in (("request", "nv_inference_request_summary_us"),
+                         ("queue", "nv_inference_queue_summary_us"),
+                         ("compute", "nv_inference_compute_infer_summary_us")):
+        rules.append({"record": f"kyc:{what}_us_p95:max",
+                      "expr": f'max by ({by}) ({metric}{{quantile="{QUANTILE}"}})'})
+    batched = _regex([m.name for m in models if m.batched])
+    rules += [
+        # The autoscaler's signal: how long a request waits for an instance, on
+        # average over the stateless models of one pod (ensembles report ~0 queue;
+        # a liveness frame's queue includes the client streaming faster than real time).
+        {"record": POD_QUEUE_RULE,
+         "expr": f'sum by (namespace, pod) (rate(nv_inference_queue_duration_us'
+                 f'{{model=~"{batched}"}}[{w}])) / clamp_min(sum by (namespace, pod) '
+                 f'(rate(nv_inference_request_success{{model=~"{batched}"}}[{w}])), 0.001)'},
+        {"record": "kyc:liveness_sessions_live:sum",
+         "expr": "sum by (namespace) (kyc_liveness_sessions_live)"},
+        {"record": "kyc:liveness_sessions_started:rate15m",
+         "expr": "sum by (namespace) (rate(kyc_liveness_sessions_started_total[15m]))"},
+        {"record": "kyc:liveness_sessions_evicted:rate15m",
+         "expr": "sum by (namespace) (rate(kyc_liveness_sessions_evicted_total[15m]))"},
+    ]
+    # each model's queue budget as a series, for the alert and the dashboard
+    rules.append({"record": "kyc:queue_budget_us", "expr": " or ".join(
+        f'label_replace(vector({m.queue_budget_us:.0f}), "model", "{m.name}", "", "")'
+        for m in models if m.queue_budget_us is not None)})
+    return rules
+
+
+def alerting_rules(models: Sequence[ServedModel]) -> list[dict[str, Any]]:
+    """The alerts. Every one names the model (or the pod) and says what to look at."""
+    w = WINDOW
+    ratio = f"kyc:failure_ratio:rate{w}"
+    alerts: list[dict[str, Any]] = [
+        {"alert": "KycTritonDown",
+         "expr": f'up{{job="{JOB}"}} == 0',
+         "for": FOR_DOWN,
+         "labels": {"severity": "page"},
+         "annotations": {
+             "summary": "KYC Triton server {{ $labels.pod }} cannot be scraped",
+             "description": "Its metrics endpoint (8002) has not answered for "
+                            f"{FOR_DOWN}: the server is down or restarting (kyc serve exits "
+                            "with code 3 when a Python stub died)."}},
+        {"alert": "KycModelFailureRatioHigh",
+         "expr": f"{ratio} > {FAILURE_RATIO_WARN}",
+         "for": FOR_FAILURES,
+         "labels": {"severity": "warning"},
+         "annotations": {
+             "summary": "{{ $labels.model }}: {{ $value | humanizePercentage }} of requests fail",
+             "description": f"More than {FAILURE_RATIO_WARN:.0%} of {{{{ $labels.model }}}}'s "
+                            f"requests failed over {w}, for {FOR_FAILURES}. Bad client input "
+                            "counts too: compare with kyc:request_failure_rate by reason."}},
+        {"alert": "KycModelFailureRatioCritical",
+         "expr": f"{ratio} > {FAILURE_RATIO_PAGE}",
+         "for": FOR_FAILURES,
+         "labels": {"severity": "page"},
+         "annotations": {
+             "summary": "{{ $labels.model }}: {{ $value | humanizePercentage }} of requests fail",
+             "description": f"More than {FAILURE_RATIO_PAGE:.0%} of {{{{ $labels.model }}}}'s "
+                            f"requests failed over {w}, for {FOR_FAILURES}."}},
+        {"alert": "KycQueueTimeOverBudget",
+         "expr": "kyc:queue_us_p95:max > on (model) group_left kyc:queue_budget_us",
+         "for": FOR_QUEUE,
+         "labels": {"severity": "warning"},
+         "annotations": {
+             "summary": "{{ $labels.model }}: p95 queue time {{ $value | humanize }}us is "
+                        "over its budget",
+             "description": "The worst server's p95 queue time of {{ $labels.model }} has "
+                            "been over 30% of its step's latency budget (kyc.budgets) for "
+                            f"{FOR_QUEUE}: add replicas (is the autoscaler at its maximum?) "
+                            "or instances."}},
+        {"alert": "KycLivenessSessionsEvicted",
+         "expr": "kyc:liveness_sessions_evicted:rate15m / "
+                 f"kyc:liveness_sessions_started:rate15m > {EVICTED_SHARE_WARN}",
+         "for": FOR_EVICTIONS,
+         "labels": {"severity": "warning"},
+         "annotations": {
+             "summary": "{{ $value | humanizePercentage }} of liveness sessions time out",
+             "description": "Sessions idle for idle_ttl_s are evicted: apps that stop "
+                            "streaming, or frames of one session reaching different "
+                            "replicas (send a session over one gRPC stream)."}},
+    ]
+    for model in models:
+        alerts.append({
+            "alert": "KycModelNotReady",
+            "expr": f'up{{job="{JOB}"}} == 1 unless on (namespace, pod) '
+                    f'nv_inference_count{{model="{model.name}"}}',
+            "for": FOR_NOT_READY,
+            "labels": {"severity": "page", "model": model.name},
+            "annotations": {
+                "summary": f"{model.name} is not loaded on {{{{ $labels.pod }}}}",
+                "description": f"The server answers but exports no series for {model.name}: "
+                               "it failed to load or was unloaded, and the server is no "
+                               "longer ready (strict readiness). kyc_ensemble needs every "
+                               "model."}})
+    return alerts
+
+
+def rule_groups(models: Sequence[ServedModel]) -> dict[str, Any]:
+    """The rules file: one group of recording rules, one of alerts."""
+    return {"groups": [
+        {"name": "kyc-triton.recording", "rules": recording_rules(models)},
+        {"name": "kyc-triton.alerts", "rules": alerting_rules(models)},
+    ]}
+
+
+def adapter_rules() -> dict[str, Any]:
+    """prometheus-adapter's custom-metrics rule for the autoscaler's signal."""
+    return {"rules": [{
+        "seriesQuery": f'{POD_QUEUE_RULE}{{namespace!="",pod!=""}}',
+        "resources": {"overrides": {"namespace": {"resource": "namespace"},
+                                    "pod": {"resource": "pod"}}},
+        "name": {"matches": f"^{POD_QUEUE_RULE}$", "as": HPA_METRIC},
+        "metricsQuery": f"max by (<<.GroupBy>>) ({POD_QUEUE_RULE}{{<<.LabelMatchers>>}})",
+    }]}
+
+
+def adapter_query(namespace: str, pod_regex: str = ".+") -> str:
+    """The adapter's metricsQuery as it sends it for the pods of ``namespace``."""
+    query = adapter_rules()["rules"][0]["metricsQuery"]
+    return (query.replace("<<.GroupBy>>", "pod")
+            .replace("<<.LabelMatchers>>", f'namespace="{namespace}",pod=~"{pod_regex}"'))
