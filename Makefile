@@ -49,6 +49,14 @@ $(VENV)/.installed-peers: $(VENV)/.installed locks/peers.lock
 	$(BIN)/python -c 'import rapidocr_onnxruntime'
 	touch $@
 
+# deploy/ checks (make test only): Prometheus from Debian, kubectl present, and the KServe
+# SDK wheel, downloaded and never installed (tests/kserve_schema.py reads its API types).
+$(VENV)/.installed-deploy: $(VENV)/.installed scripts/test-deps.sh locks/kserve.lock
+	bash scripts/test-deps.sh
+	$(BIN)/python -m pip download -q --disable-pip-version-check --no-deps --require-hashes \
+		-r locks/kserve.lock -d $(VENV)/kserve-sdk
+	touch $@
+
 models: deps
 	$(BIN)/kyc models fetch --repository $(REPOSITORY)
 	$(BIN)/kyc models antifraud install --repository $(REPOSITORY)
@@ -65,13 +73,13 @@ lint: deps
 	$(BIN)/hadolint Dockerfile
 
 ## test: lint, unit tests, integration tests against a real server
-test: setup lint $(VENV)/.installed-arcface $(VENV)/.installed-peers
+test: setup lint $(VENV)/.installed-arcface $(VENV)/.installed-peers $(VENV)/.installed-deploy
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-unit: deps $(VENV)/.installed-arcface
+unit: deps $(VENV)/.installed-arcface $(VENV)/.installed-deploy
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
 
-integration: setup $(VENV)/.installed-arcface $(VENV)/.installed-peers
+integration: setup $(VENV)/.installed-arcface $(VENV)/.installed-peers $(VENV)/.installed-deploy
 	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
 
 clean:

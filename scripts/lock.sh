@@ -5,6 +5,8 @@
 #                             (what `make setup` installs), one file per Python
 #   locks/runtime-py3.X.lock  the runtime dependencies only (the production image)
 #   locks/triton.lock         nvidia-pytriton, installed with --no-deps (its server binary only)
+#   locks/kserve.lock         the KServe SDK wheel, downloaded (not installed) by `make test`:
+#                             tests/kserve_schema.py reads its API types to validate deploy/kserve
 #   locks/peers.lock          the OCR peer of `kyc bench` (`make test`), with --no-deps: it
 #                             requires opencv-python, which clashes with the headless build
 # Not locked: torch (`make test` only), a CPU build that pip takes from the
@@ -35,4 +37,5 @@ no_deps() {  # lock FILE PACKAGE...: exact pins without their dependencies
 }
 no_deps locks/triton.lock nvidia-pytriton
 no_deps locks/peers.lock rapidocr-onnxruntime shapely PyYAML six tqdm
+no_deps locks/kserve.lock kserve
 echo "locks/ regenerated"

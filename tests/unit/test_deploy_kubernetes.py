@@ -1,0 +1,312 @@
+"""deploy/kubernetes and deploy/kserve, offline: every rendered resource validates
+against the Kubernetes API schemas of a pinned version, and the manifests agree with
+the Dockerfile, the public contract, kyc serve's options and the liveness settings."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from functools import cache
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from kyc import budgets
+from kyc.cli import build_parser
+from kyc.liveness.token import ENV_KEY_FILE
+from kyc.ops import prometheus
+from kyc.ops.models import served_models
+from kyc.repo.config import model_parameters
+from kyc_testing import PROJECT_ROOT, SHIPPED_REPOSITORY
+
+KUBERNETES_VERSION = "1.32"  # the kubectl of these machines; kubernetes-validate ships it
+DEPLOY = PROJECT_ROOT / "deploy"
+OVERLAYS = ("kubernetes/overlays/gpu", "kubernetes/overlays/cpu")
+KSERVE = "kserve"
+CONTRACT = PROJECT_ROOT.parent / "shared" / "notes" / "contract.md"
+
+
+@cache
+def rendered(target: str) -> tuple[dict, ...]:
+    """`kubectl kustomize deploy/<target>`: the resources as they would be applied."""
+    kubectl = shutil.which("kubectl")
+    assert kubectl, "kubectl is needed to render deploy/ with kustomize (kubectl kustomize)"
+    out = subprocess.run([kubectl, "kustomize", str(DEPLOY / target)], check=True,
+                         capture_output=True, text=True).stdout
+    return tuple(doc for doc in yaml.safe_load_all(out) if doc)
+
+
+def one(resources, kind: str, name: str | None = None) -> dict:
+    found = [r for r in resources if r["kind"] == kind
+             and (name is None or r["metadata"]["name"] == name)]
+    assert len(found) == 1, f"{kind} {name or ''}: {len(found)} found"
+    return found[0]
+
+
+def server(resources) -> dict:
+    return one(resources, "Deployment", "kyc-triton")
+
+
+def container(deployment: dict, name: str = "triton") -> dict:
+    return next(c for c in deployment["spec"]["template"]["spec"]["containers"]
+                if c["name"] == name)
+
+
+@cache
+def dockerfile() -> dict:
+    """EXPOSE, USER, ENTRYPOINT and the --shm-size of the documented run command."""
+    text = (PROJECT_ROOT / "Dockerfile").read_text()
+    final = text[text.rindex("\nFROM "):]
+    return {
+        "expose": {int(p) for p in re.search(r"^EXPOSE (.+)$", final, re.M).group(1).split()},
+        "user": re.search(r"^USER (\d+):(\d+)$", final, re.M).groups(),
+        "entrypoint": json.loads(re.search(r"^ENTRYPOINT (\[.+\])$", final, re.M).group(1)),
+        "shm": re.search(r"--shm-size=(\d+)g", text).group(1),
+    }
+
+
+def serve_options(args: list[str]):
+    """kyc serve's options as the image's entrypoint plus ``args`` give them."""
+    entry = dockerfile()["entrypoint"]
+    assert entry[:2] == ["kyc", "serve"]
+    return build_parser().parse_args(entry[1:] + args)
+
+
+# -- schemas ---------------------------------------------------------------------------
+@pytest.mark.parametrize("target", OVERLAYS)
+def test_every_resource_of_an_overlay_validates_strictly_against_the_kubernetes_schemas(target):
+    resources = rendered(target)
+    kinds = sorted({r["kind"] for r in resources})
+    assert kinds == ["Deployment", "HorizontalPodAutoscaler", "Namespace",
+                     "PersistentVolumeClaim", "PodDisruptionBudget", "Service"]
+    for resource in resources:
+        assert kubernetes_validate.validate(resource, KUBERNETES_VERSION, strict=True)
+
+
+def test_the_kubernetes_resources_of_the_kserve_deployment_validate_too():
+    builtin = [r for r in rendered(KSERVE) if "kserve.io" not in r["apiVersion"]]
+    assert sorted(r["kind"] for r in builtin) == ["HorizontalPodAutoscaler", "Job",
+                                                  "PersistentVolumeClaim"]
+    for resource in builtin:
+        assert kubernetes_validate.validate(resource, KUBERNETES_VERSION, strict=True)
+
+
+def test_strict_validation_catches_a_misspelled_field():
+    deployment = json.loads(json.dumps(server(rendered(OVERLAYS[0]))))
+    container(deployment)["readinesProbe"] = container(deployment).pop("readinessProbe")
+    with pytest.raises(kubernetes_validate.ValidationError, match="readinesProbe"):
+        kubernetes_validate.validate(deployment, KUBERNETES_VERSION, strict=True)
+
+
+# -- agreement with the image and the contract -----------------------------------------
+@pytest.mark.parametrize("target", OVERLAYS)
+def test_ports_user_and_repository_agree_with_the_dockerfile(target):
+    deployment = server(rendered(target))
+    triton = container(deployment)
+    assert "command" not in triton, "the image's ENTRYPOINT (kyc serve) must stay"
+    assert {p["containerPort"] for p in triton["ports"]} == dockerfile()["expose"]
+    pod = deployment["spec"]["template"]["spec"]
+    uid, gid = dockerfile()["user"]
+    assert (pod["securityContext"]["runAsUser"], pod["securityContext"]["runAsGroup"]) == (
+        int(uid), int(gid))
+    options = serve_options(triton["args"])
+    assert options.production  # the entrypoint's --production survives the args
+    mount = next(m for m in triton["volumeMounts"] if m["name"] == "models")
+    assert Path(mount["mountPath"]) == options.model_repository
+    assert mount["readOnly"] is True
+
+
+def test_ports_and_image_agree_with_the_public_contract():
+    if not CONTRACT.is_file():
+        pytest.skip(f"the contract is not beside this checkout ({CONTRACT})")
+    contract = CONTRACT.read_text()
+    assert "HTTP 8000, gRPC 8001, metrics 8002" in contract
+    assert "docker build -t kyc-triton ." in contract
+    triton = container(server(rendered(OVERLAYS[0])))
+    assert {p["name"]: p["containerPort"] for p in triton["ports"]} == {
+        "http": 8000, "grpc": 8001, "metrics": 8002}
+    service = one(rendered(OVERLAYS[0]), "Service", "kyc-triton")
+    assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == {
+        "http": 8000, "grpc": 8001, "metrics": 8002}
+    base = yaml.safe_load((DEPLOY / "kubernetes/base/kustomization.yaml").read_text())
+    assert [i["name"] for i in base["images"]] == ["kyc-triton"]
+
+
+@pytest.mark.parametrize("target", (*OVERLAYS, KSERVE))
+def test_probes_are_triton_health_endpoints_on_the_http_port(target):
+    resources = rendered(target)
+    spec = (container(server(resources)) if target != KSERVE else
+            one(resources, "ServingRuntime")["spec"]["containers"][0])
+    http = {"http", 8000}
+    assert spec["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert spec["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+    assert spec["startupProbe"]["httpGet"]["path"] == "/v2/health/live"
+    for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+        assert spec[probe]["httpGet"]["port"] in http
+    startup = spec["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 600  # engine builds
+
+
+@pytest.mark.parametrize("target", (*OVERLAYS, KSERVE))
+def test_both_keys_come_from_one_secret_as_kyc_serve_reads_them(target):
+    resources = rendered(target)
+    if target == KSERVE:
+        runtime = one(resources, "ServingRuntime")["spec"]
+        triton, volumes = runtime["containers"][0], runtime["volumes"]
+    else:
+        deployment = server(resources)
+        triton, volumes = container(deployment), deployment["spec"]["template"]["spec"]["volumes"]
+    env = {e["name"]: e for e in triton["env"]}
+    admin_env = build_parser().parse_args(["serve"]).admin_key_env
+    assert env[admin_env]["valueFrom"]["secretKeyRef"] == {"name": "kyc-triton-keys",
+                                                           "key": "admin-key"}
+    key_file = Path(env[ENV_KEY_FILE]["value"])
+    keys = next(v for v in volumes if v["name"] == "keys")["secret"]
+    assert keys["secretName"] == "kyc-triton-keys"
+    mount = next(m for m in triton["volumeMounts"] if m["name"] == "keys")
+    assert key_file.parent == Path(mount["mountPath"])
+    assert {"key": "token-key", "path": key_file.name} in keys["items"]
+
+
+@pytest.mark.parametrize("target", (*OVERLAYS, KSERVE))
+def test_dev_shm_is_memory_and_at_least_what_the_image_documents(target):
+    resources = rendered(target)
+    volumes = (one(resources, "ServingRuntime")["spec"]["volumes"] if target == KSERVE
+               else server(resources)["spec"]["template"]["spec"]["volumes"])
+    shm = next(v for v in volumes if v["name"] == "dshm")["emptyDir"]
+    assert shm["medium"] == "Memory" and shm["sizeLimit"] == f"{dockerfile()['shm']}Gi"
+
+
+@pytest.mark.parametrize("target", OVERLAYS)
+def test_a_removed_server_drains_open_liveness_sessions_before_it_is_killed(target):
+    deployment = server(rendered(target))
+    triton = container(deployment)
+    options = serve_options(triton["args"])
+    pre_stop = int(triton["lifecycle"]["preStop"]["exec"]["command"][-1])
+    max_session_s = float(model_parameters(SHIPPED_REPOSITORY, "liveness_sequence")[
+        "max_duration_s"])
+    assert options.exit_timeout_secs >= max_session_s
+    assert options.exit_timeout_secs < options.stop_grace
+    grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert pre_stop + options.stop_grace < grace
+
+
+@pytest.mark.parametrize("target", (*OVERLAYS, KSERVE))
+def test_every_pod_meets_the_restricted_pod_security_standard(target):
+    for resource in rendered(target):
+        if resource["kind"] == "ServingRuntime":
+            pod, containers = {}, resource["spec"]["containers"]
+        elif resource["kind"] in ("Deployment", "Job"):
+            pod = resource["spec"]["template"]["spec"]
+            containers = pod["containers"] + pod.get("initContainers", [])
+        else:
+            continue
+        for c in containers:
+            context = {**pod.get("securityContext", {}), **c.get("securityContext", {})}
+            where = f"{resource['metadata']['name']}/{c['name']}"
+            assert context.get("runAsNonRoot") is True or pod == {}, where
+            assert context["allowPrivilegeEscalation"] is False, where
+            assert context["capabilities"]["drop"] == ["ALL"], where
+            assert (pod.get("securityContext", context)["seccompProfile"]["type"]
+                    == "RuntimeDefault"), where
+            assert context["readOnlyRootFilesystem"] is True, where
+
+
+# -- the shared repository ------------------------------------------------------------
+@pytest.mark.parametrize("target", OVERLAYS)
+def test_servers_publisher_and_seed_share_one_repository_volume(target):
+    resources = rendered(target)
+    claim = one(resources, "PersistentVolumeClaim", "kyc-models")
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    deployment = server(resources)
+    pod = deployment["spec"]["template"]["spec"]
+    seed = next(c for c in pod["initContainers"] if c["name"] == "seed-models")
+    assert seed["command"][:3] == ["kyc", "repo", "seed"]
+    seed_args = build_parser().parse_args(seed["command"][1:])
+    options = serve_options(container(deployment)["args"])
+    assert seed_args.src == options.model_repository  # the image's own repository
+    seed_mount = next(m for m in seed["volumeMounts"] if m["name"] == "models")
+    served = next(m for m in container(deployment)["volumeMounts"] if m["name"] == "models")
+    assert seed_args.dest == Path(seed_mount["mountPath"]) / served["subPath"]
+    publisher = one(resources, "Deployment", "kyc-triton-publisher")
+    assert publisher["spec"]["replicas"] == 0
+    ppod = publisher["spec"]["template"]["spec"]
+    assert ppod["volumes"][0]["persistentVolumeClaim"]["claimName"] == "kyc-models"
+    pmount = next(m for m in ppod["containers"][0]["volumeMounts"] if m["name"] == "models")
+    assert pmount["mountPath"] == seed_mount["mountPath"] and not pmount.get("readOnly")
+    for volumes in (pod["volumes"], ppod["volumes"]):
+        assert next(v for v in volumes if v["name"] == "models")[
+            "persistentVolumeClaim"]["claimName"] == "kyc-models"
+    # the publish command the publisher documents targets the seeded repository
+    text = (DEPLOY / "kubernetes/base/publisher.yaml").read_text()
+    assert f"--repository {seed_args.dest}" in text
+
+
+def test_kserve_mounts_the_same_volume_and_serves_it_with_the_same_image_entrypoint():
+    resources = rendered(KSERVE)
+    isvc = one(resources, "InferenceService", "kyc")
+    model = isvc["spec"]["predictor"]["model"]
+    assert model["storageUri"] == "pvc://kyc-models/models"
+    assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "RawDeployment"
+    runtime = one(resources, "ServingRuntime", model["runtime"])
+    kserve_container = runtime["spec"]["containers"][0]
+    assert "command" not in kserve_container
+    options = serve_options(kserve_container["args"])
+    assert options.model_repository == Path("/mnt/models") and options.production
+    assert {p["containerPort"] for p in kserve_container["ports"]} == dockerfile()["expose"]
+    assert model["modelFormat"]["name"] in {f["name"] for f in
+                                            runtime["spec"]["supportedModelFormats"]}
+    job = one(resources, "Job", "kyc-seed-models")
+    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    seed = build_parser().parse_args(command[1:])
+    assert seed.dest.name == "models"  # pvc://kyc-models/models
+
+
+# -- selection and scaling ------------------------------------------------------------
+@pytest.mark.parametrize("target", OVERLAYS)
+def test_services_and_the_budget_select_the_servers_and_not_the_publisher(target):
+    resources = rendered(target)
+    labels = server(resources)["spec"]["template"]["metadata"]["labels"]
+    publisher = one(resources, "Deployment", "kyc-triton-publisher")
+    plabels = publisher["spec"]["template"]["metadata"]["labels"]
+    selectors = [s["spec"]["selector"] for s in resources if s["kind"] == "Service"]
+    selectors.append(one(resources, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"])
+    for selector in selectors:
+        assert selector.items() <= labels.items()
+        assert not selector.items() <= plabels.items()
+
+
+@pytest.mark.parametrize("target", (*OVERLAYS, KSERVE))
+def test_the_autoscaler_reads_the_adapter_metric_with_a_target_under_every_queue_share(target):
+    resources = rendered(target)
+    hpa = one(resources, "HorizontalPodAutoscaler")
+    (metric,) = hpa["spec"]["metrics"]
+    assert metric["type"] == "Pods"
+    assert metric["pods"]["metric"]["name"] == prometheus.HPA_METRIC
+    assert prometheus.adapter_rules()["rules"][0]["name"]["as"] == prometheus.HPA_METRIC
+    target_us = float(metric["pods"]["target"]["averageValue"])
+    shares = [budgets.queue_timeout_us(m.name) for m in served_models(SHIPPED_REPOSITORY)
+              if m.batched]
+    assert 0 < target_us < min(s for s in shares if s is not None)
+    ref = hpa["spec"]["scaleTargetRef"]
+    if target == KSERVE:  # RawDeployment names the predictor's Deployment <isvc>-predictor
+        assert ref["name"] == one(resources, "InferenceService")["metadata"]["name"] + "-predictor"
+    else:
+        assert ref["name"] == server(resources)["metadata"]["name"]
+        assert hpa["spec"]["minReplicas"] <= server(resources)["spec"]["replicas"]
+
+
+def test_only_the_gpu_overlay_asks_for_a_gpu():
+    gpu = container(server(rendered(OVERLAYS[0])))["resources"]["limits"]
+    cpu = container(server(rendered(OVERLAYS[1])))["resources"]["limits"]
+    assert gpu["nvidia.com/gpu"] == 1 and "nvidia.com/gpu" not in cpu
+    for target in OVERLAYS:
+        namespace = one(rendered(target), "Namespace")
+        assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == \
+            "restricted"
+        assert {r["metadata"].get("namespace") for r in rendered(target)
+                if r["kind"] != "Namespace"} == {namespace["metadata"]["name"]}
