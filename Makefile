@@ -49,10 +49,12 @@ $(VENV)/.installed-peers: $(VENV)/.installed locks/peers.lock
 	$(BIN)/python -c 'import rapidocr_onnxruntime'
 	touch $@
 
-# deploy/ checks (make test only): Prometheus from Debian, kubectl present, and the KServe
+# deploy/ checks (make test only): Prometheus from Debian; kubectl (kustomize), which is
+# no Debian package: the machine image of CI and the developers has it; and the KServe
 # SDK wheel, downloaded and never installed (tests/kserve_schema.py reads its API types).
-$(VENV)/.installed-deploy: $(VENV)/.installed scripts/test-deps.sh locks/kserve.lock
-	bash scripts/test-deps.sh
+$(VENV)/.installed-deploy: $(VENV)/.installed scripts/system-deps.sh locks/kserve.lock
+	bash scripts/system-deps.sh $(PYVER) --test
+	@command -v kubectl >/dev/null || { echo "kubectl is needed to render deploy/ (kubectl kustomize)" >&2; exit 1; }
 	$(BIN)/python -m pip download -q --disable-pip-version-check --no-deps --require-hashes \
 		-r locks/kserve.lock -d $(VENV)/kserve-sdk
 	touch $@
