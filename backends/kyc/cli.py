@@ -87,11 +87,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     server = TritonServer(options, triton_home=args.triton_home, log_file=args.log_file)
 
     stop = threading.Event()
+    hurry = threading.Event()  # a second signal: stop draining
     received: list[int] = []
 
     def on_signal(signum: int, _frame: object) -> None:
         received.append(signum)
-        stop.set()
+        (hurry if len(received) > 1 else stop).set()
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
@@ -171,10 +172,31 @@ def cmd_serve(args: argparse.Namespace) -> int:
         server.stop(grace=5)
         print(f"kyc serve: tritonserver stopped on its own (exit code {code})", file=sys.stderr)
         return code or 1
+    if args.drain_secs > 0 and code is None:
+        _drain(server, repository, args.drain_secs, hurry)
     print("kyc serve: stopping", file=sys.stderr, flush=True)
     server.stop(grace=args.stop_grace)
     print("kyc serve: stopped", file=sys.stderr, flush=True)
     return 0
+
+
+def _drain(server: object, repository: Path, seconds: float, hurry: threading.Event) -> None:
+    """Keep serving until open liveness sessions and pending requests are done
+    (kyc.runtime.drain: Triton itself fails open sessions once told to stop)."""
+    from kyc.repo.config import model_parameters
+    from kyc.runtime.drain import drain, read_liveness_load
+
+    try:
+        idle_s = float(model_parameters(repository, "liveness_sequence")["idle_ttl_s"])
+    except (OSError, KeyError, ValueError):
+        idle_s = 30.0
+    url = server.options.metrics_url  # type: ignore[attr-defined]
+    print(f"kyc serve: draining for up to {seconds:g} s (open liveness sessions, pending "
+          "requests; a second signal stops at once)", file=sys.stderr, flush=True)
+    result = drain(lambda: read_liveness_load(url), deadline_s=seconds, idle_s=idle_s,
+                   interrupted=hurry)
+    print(f"kyc serve: drain ended ({result.reason}) after {result.waited_s:.1f} s, "
+          f"{result.open_sessions:g} liveness sessions open", file=sys.stderr, flush=True)
 
 
 # -- repo -------------------------------------------------------------------------
@@ -324,6 +346,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--ready-timeout", type=float, default=180.0)
     serve.add_argument("--stop-grace", type=float, default=30.0,
                        help="seconds from SIGTERM to SIGKILL of tritonserver")
+    serve.add_argument("--drain-secs", type=float, default=0.0,
+                       help="on SIGTERM, first keep serving for up to this long until no "
+                            "liveness session is open and no request pending, then stop "
+                            "Triton (which fails open sessions); 0: stop at once")
     serve.add_argument("--exit-timeout-secs", type=int, default=10,
                        help="on SIGTERM, how long Triton lets in-flight requests and "
                             "open sequences finish (keep it under --stop-grace)")

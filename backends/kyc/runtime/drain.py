@@ -1,0 +1,100 @@
+"""Let open liveness sessions and queued requests finish before Triton is told to stop.
+
+Measured on Triton 2.51 (tests/integration/test_drain.py): once tritonserver gets
+SIGTERM it reports not ready, refuses new requests ("Server is stopping") and still
+takes the next frame of an open sequence, but ``liveness_sequence``'s BLS call to
+the face detector is refused ("Server not ready"), so every open session fails. Its
+exit timeout does not help sessions. So ``kyc serve --drain-secs`` waits first,
+with Triton still serving, until no liveness session is open and no request is
+pending, or the sessions left have had no frame for the model's idle time (their
+clients are gone: the model would evict them), or the time is up; only then does it
+stop Triton. On
+Kubernetes the pod is out of the Service's endpoints by then (preStop), so new
+connections go elsewhere.
+
+The figures come from Triton's metrics endpoint: ``kyc_liveness_sessions_live``
+(published by ``liveness_sequence``), its request counters, and every model's
+``nv_inference_pending_request_count``.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+
+LIVE = "kyc_liveness_sessions_live"
+MODEL = "liveness_sequence"
+_SAMPLE = re.compile(r"^(\w+)(\{[^}]*\})?\s+(\S+)$")
+
+
+@dataclass(frozen=True)
+class LivenessLoad:
+    open_sessions: float
+    requests: float  # liveness_sequence requests so far (answered or failed)
+    pending: float = 0.0  # requests queued or running, all models
+
+
+@dataclass(frozen=True)
+class DrainResult:
+    reason: str  # "drained", "sessions_idle", "deadline", "interrupted", "no_metrics"
+    waited_s: float
+    open_sessions: float
+
+
+def parse_liveness_load(text: str) -> LivenessLoad | None:
+    """The liveness figures of a Prometheus text exposition; None without the gauge."""
+    live = requests = pending = 0.0
+    seen = False
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if not match:
+            continue
+        name, labels, value = match.group(1), match.group(2) or "", float(match.group(3))
+        if name == LIVE:
+            live, seen = live + value, True
+        elif (name in ("nv_inference_request_success", "nv_inference_request_failure")
+              and f'model="{MODEL}"' in labels):
+            requests += value
+        elif name == "nv_inference_pending_request_count":
+            pending += value
+    return LivenessLoad(live, requests, pending) if seen else None
+
+
+def read_liveness_load(metrics_url: str, timeout: float = 2.0) -> LivenessLoad | None:
+    try:
+        with urllib.request.urlopen(metrics_url, timeout=timeout) as reply:
+            return parse_liveness_load(reply.read().decode("utf-8", "replace"))
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+def drain(read: Callable[[], LivenessLoad | None], *, deadline_s: float, idle_s: float,
+          interrupted: threading.Event | None = None, poll_s: float = 0.5,
+          clock: Callable[[], float] = time.monotonic) -> DrainResult:
+    """Wait until no liveness session is open and nothing is pending, or the open
+    sessions have had no request for ``idle_s``, or ``deadline_s`` passed, or
+    ``interrupted`` is set."""
+    started = clock()
+    last_requests, last_change = None, started
+    while True:
+        now = clock()
+        load = read()
+        if load is None:
+            return DrainResult("no_metrics", now - started, 0.0)
+        if load.open_sessions <= 0 and load.pending <= 0:
+            return DrainResult("drained", now - started, 0.0)
+        if load.requests != last_requests:
+            last_requests, last_change = load.requests, now
+        elif now - last_change >= idle_s and load.pending <= 0:
+            return DrainResult("sessions_idle", now - started, load.open_sessions)
+        if now - started >= deadline_s:
+            return DrainResult("deadline", now - started, load.open_sessions)
+        if interrupted is not None and interrupted.wait(poll_s):
+            return DrainResult("interrupted", clock() - started, load.open_sessions)
+        if interrupted is None:
+            time.sleep(poll_s)
