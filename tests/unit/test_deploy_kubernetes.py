@@ -189,10 +189,10 @@ def test_a_removed_server_drains_open_liveness_sessions_before_it_is_killed(targ
     pre_stop = int(triton["lifecycle"]["preStop"]["exec"]["command"][-1])
     max_session_s = float(model_parameters(SHIPPED_REPOSITORY, "liveness_sequence")[
         "max_duration_s"])
-    assert options.exit_timeout_secs >= max_session_s
+    assert options.drain_secs >= max_session_s
     assert options.exit_timeout_secs < options.stop_grace
     grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
-    assert pre_stop + options.stop_grace < grace
+    assert pre_stop + options.drain_secs + options.stop_grace < grace
 
 
 @pytest.mark.parametrize("target", (*OVERLAYS, KSERVE))
@@ -257,6 +257,11 @@ def test_kserve_mounts_the_same_volume_and_serves_it_with_the_same_image_entrypo
     assert "command" not in kserve_container
     options = serve_options(kserve_container["args"])
     assert options.model_repository == Path("/mnt/models") and options.production
+    pre_stop = int(kserve_container["lifecycle"]["preStop"]["exec"]["command"][-1])
+    assert options.drain_secs >= float(model_parameters(SHIPPED_REPOSITORY, "liveness_sequence")[
+        "max_duration_s"])
+    assert (pre_stop + options.drain_secs + options.stop_grace
+            < isvc["spec"]["predictor"]["terminationGracePeriodSeconds"])
     assert {p["containerPort"] for p in kserve_container["ports"]} == dockerfile()["expose"]
     assert model["modelFormat"]["name"] in {f["name"] for f in
                                             runtime["spec"]["supportedModelFormats"]}
