@@ -1,0 +1,85 @@
+"""The Kubernetes repository strategy on one machine: a repository seeded once onto a
+"shared volume" (`kyc repo seed`, as the init containers do), two replicas polling
+it, and ONE `kyc repo publish` reaching both while they serve, with no failed request."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from test_poll_publish import Load, kyc_publish
+
+from kyc_testing import (
+    ECHO_CONFIG,
+    SHIPPED_REPOSITORY,
+    copy_tree,
+    require_weights,
+    start_server,
+    write_echo_version,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def image_repository(tmp_path):
+    """What the image carries in /models: face_embedding (ONNX) and a Python model."""
+    require_weights()
+    repo = tmp_path / "image" / "models"
+    copy_tree(SHIPPED_REPOSITORY / "face_embedding", repo / "face_embedding")
+    (repo / "echo").mkdir()
+    (repo / "echo" / "config.pbtxt").write_text(textwrap.dedent(ECHO_CONFIG))
+    write_echo_version(repo / "echo" / "1", scale=1.0)
+    return repo
+
+
+def seed(src, dest) -> str:
+    done = subprocess.run([sys.executable, "-m", "kyc.cli", "repo", "seed", str(src), str(dest)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_one_publish_reaches_every_replica_of_the_shared_volume_without_a_failed_request(
+        image_repository, tmp_path):
+    volume = tmp_path / "volume" / "models"
+    assert seed(image_repository, volume).startswith("seeded")
+    assert "left as it is" in seed(image_repository, volume)  # the second pod's init
+    replicas = [start_server(volume, tmp_path / f"replica-{n}.log", poll_secs=1)
+                for n in range(2)]
+    face = grpcclient.InferInput("FACE", [1, 112, 112, 3], "UINT8")
+    face.set_data_from_numpy(np.random.default_rng(0).integers(0, 255, (1, 112, 112, 3), np.uint8))
+    values = grpcclient.InferInput("IN", [1, 2], "FP32")
+    values.set_data_from_numpy(np.array([[1.0, 2.0]], np.float32))
+    loads = [Load(r.options.grpc_url, model, [tensor], output) for r in replicas
+             for model, tensor, output in (("face_embedding", face, "EMBEDDING"),
+                                           ("echo", values, "OUT"))]
+    for load in loads:
+        load.start()
+    try:
+        for load in loads:
+            load.wait_for(lambda ld: sum(ld.versions.values()) >= 5, 60, "first answers")
+        published = kyc_publish(volume, "face_embedding",
+                                SHIPPED_REPOSITORY / "face_embedding" / "1")
+        assert published.returncode == 0 and published.stdout.strip() == "2", published.stderr
+        published = kyc_publish(volume, "echo", write_echo_version(tmp_path / "v2", scale=3.0))
+        assert published.returncode == 0 and published.stdout.strip() == "2", published.stderr
+        for load in loads:
+            load.wait_for(lambda ld: ld.last_version == "2", 90, "version 2 on every replica")
+        for load in loads[1::2]:
+            load.wait_for(lambda ld: ld.last_output is not None
+                          and ld.last_output.tolist() == [[3.0, 6.0]], 30, "echo v2 answers")
+    finally:
+        for load in loads:
+            load.stop.set()
+        for load in loads:
+            load.join(timeout=60)
+        for replica in replicas:
+            replica.stop()
+    print({f"replica-{i // 2} {load.model}": dict(load.versions) for i, load in enumerate(loads)})
+    assert [load.failures for load in loads] == [[], [], [], []]
+    assert all(load.versions["1"] > 0 and load.versions["2"] > 0 for load in loads)
