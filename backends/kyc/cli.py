@@ -173,27 +173,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"kyc serve: tritonserver stopped on its own (exit code {code})", file=sys.stderr)
         return code or 1
     if args.drain_secs > 0 and code is None:
-        _drain(server, repository, args.drain_secs, hurry)
+        _drain(options.metrics_url, repository, args.drain_secs, hurry)
     print("kyc serve: stopping", file=sys.stderr, flush=True)
     server.stop(grace=args.stop_grace)
     print("kyc serve: stopped", file=sys.stderr, flush=True)
     return 0
 
 
-def _drain(server: object, repository: Path, seconds: float, hurry: threading.Event) -> None:
+def _drain(metrics_url: str, repository: Path, seconds: float, hurry: threading.Event) -> None:
     """Keep serving until open liveness sessions and pending requests are done
     (kyc.runtime.drain: Triton itself fails open sessions once told to stop)."""
     from kyc.repo.config import model_parameters
-    from kyc.runtime.drain import drain, read_liveness_load
+    from kyc.runtime.drain import drain, read_server_load
 
     try:
         idle_s = float(model_parameters(repository, "liveness_sequence")["idle_ttl_s"])
     except (OSError, KeyError, ValueError):
         idle_s = 30.0
-    url = server.options.metrics_url  # type: ignore[attr-defined]
     print(f"kyc serve: draining for up to {seconds:g} s (open liveness sessions, pending "
           "requests; a second signal stops at once)", file=sys.stderr, flush=True)
-    result = drain(lambda: read_liveness_load(url), deadline_s=seconds, idle_s=idle_s,
+    result = drain(lambda: read_server_load(metrics_url), deadline_s=seconds, idle_s=idle_s,
                    interrupted=hurry)
     print(f"kyc serve: drain ended ({result.reason}) after {result.waited_s:.1f} s, "
           f"{result.open_sessions:g} liveness sessions open", file=sys.stderr, flush=True)
@@ -351,8 +350,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "liveness session is open and no request pending, then stop "
                             "Triton (which fails open sessions); 0: stop at once")
     serve.add_argument("--exit-timeout-secs", type=int, default=10,
-                       help="on SIGTERM, how long Triton lets in-flight requests and "
-                            "open sequences finish (keep it under --stop-grace)")
+                       help="once told to stop, how long Triton lets in-flight requests "
+                            "finish (under --stop-grace; open liveness sessions fail then: "
+                            "see --drain-secs)")
     serve.add_argument("--skip-check", action="store_true", help="start despite repo problems")
     serve.add_argument(
         "--require-token-key", action="store_true",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from kyc.runtime.drain import LivenessLoad, drain, parse_liveness_load
+from kyc.runtime.drain import ServerLoad, drain, parse_server_load
 
 EXPOSITION = """# HELP kyc_liveness_sessions_live Liveness sessions held now
 # TYPE kyc_liveness_sessions_live gauge
@@ -19,8 +19,8 @@ nv_inference_pending_request_count{model="liveness_sequence",version="2"} 1
 
 
 def test_the_exposition_gives_open_sessions_and_liveness_requests_of_every_version():
-    assert parse_liveness_load(EXPOSITION) == LivenessLoad(3.0, 43.0, 5.0)
-    assert parse_liveness_load("nv_inference_request_success{model=\"x\"} 1\n") is None
+    assert parse_server_load(EXPOSITION) == ServerLoad(3.0, 43.0, 5.0)
+    assert parse_server_load("nv_inference_request_success{model=\"x\"} 1\n") is None
 
 
 class Clock:
@@ -44,18 +44,18 @@ def run(loads, **kwargs):
 
 
 def test_it_stops_waiting_when_the_last_session_ends_and_nothing_is_pending():
-    result = run([LivenessLoad(2, 10), LivenessLoad(1, 15), LivenessLoad(0, 20, pending=2),
-                  LivenessLoad(0, 20)], deadline_s=60, idle_s=30)
+    result = run([ServerLoad(2, 10), ServerLoad(1, 15), ServerLoad(0, 20, pending=2),
+                  ServerLoad(0, 20)], deadline_s=60, idle_s=30)
     assert (result.reason, result.waited_s) == ("drained", 3.0)
 
 
 def test_sessions_without_a_frame_for_the_idle_time_do_not_hold_it():
-    result = run([LivenessLoad(1, 10)] * 10, deadline_s=60, idle_s=3)
+    result = run([ServerLoad(1, 10)] * 10, deadline_s=60, idle_s=3)
     assert (result.reason, result.waited_s, result.open_sessions) == ("sessions_idle", 3.0, 1)
 
 
 def test_busy_sessions_are_cut_at_the_deadline():
-    result = run([LivenessLoad(1, n) for n in range(100)], deadline_s=5, idle_s=3)
+    result = run([ServerLoad(1, n) for n in range(100)], deadline_s=5, idle_s=3)
     assert (result.reason, result.waited_s) == ("deadline", 5.0)
 
 
@@ -63,5 +63,5 @@ def test_no_metrics_or_a_second_signal_end_the_wait_at_once():
     assert drain(lambda: None, deadline_s=60, idle_s=30).reason == "no_metrics"
     hurry = threading.Event()
     hurry.set()
-    result = drain(lambda: LivenessLoad(1, 1), deadline_s=60, idle_s=30, interrupted=hurry)
+    result = drain(lambda: ServerLoad(1, 1), deadline_s=60, idle_s=30, interrupted=hurry)
     assert result.reason == "interrupted"

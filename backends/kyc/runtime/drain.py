@@ -33,7 +33,9 @@ _SAMPLE = re.compile(r"^(\w+)(\{[^}]*\})?\s+(\S+)$")
 
 
 @dataclass(frozen=True)
-class LivenessLoad:
+class ServerLoad:
+    """What the server is busy with, from its metrics endpoint."""
+
     open_sessions: float
     requests: float  # liveness_sequence requests so far (answered or failed)
     pending: float = 0.0  # requests queued or running, all models
@@ -46,8 +48,8 @@ class DrainResult:
     open_sessions: float
 
 
-def parse_liveness_load(text: str) -> LivenessLoad | None:
-    """The liveness figures of a Prometheus text exposition; None without the gauge."""
+def parse_server_load(text: str) -> ServerLoad | None:
+    """The figures of a Prometheus text exposition; None without the liveness gauge."""
     live = requests = pending = 0.0
     seen = False
     for line in text.splitlines():
@@ -62,18 +64,18 @@ def parse_liveness_load(text: str) -> LivenessLoad | None:
             requests += value
         elif name == "nv_inference_pending_request_count":
             pending += value
-    return LivenessLoad(live, requests, pending) if seen else None
+    return ServerLoad(live, requests, pending) if seen else None
 
 
-def read_liveness_load(metrics_url: str, timeout: float = 2.0) -> LivenessLoad | None:
+def read_server_load(metrics_url: str, timeout: float = 2.0) -> ServerLoad | None:
     try:
         with urllib.request.urlopen(metrics_url, timeout=timeout) as reply:
-            return parse_liveness_load(reply.read().decode("utf-8", "replace"))
+            return parse_server_load(reply.read().decode("utf-8", "replace"))
     except (urllib.error.URLError, OSError, ValueError):
         return None
 
 
-def drain(read: Callable[[], LivenessLoad | None], *, deadline_s: float, idle_s: float,
+def drain(read: Callable[[], ServerLoad | None], *, deadline_s: float, idle_s: float,
           interrupted: threading.Event | None = None, poll_s: float = 0.5,
           clock: Callable[[], float] = time.monotonic) -> DrainResult:
     """Wait until no liveness session is open and nothing is pending, or the open
