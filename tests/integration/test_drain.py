@@ -40,8 +40,19 @@ def session_frames(grpc_url: str, challenge: dict) -> list[bytes]:
     return turn_sequence(np.asarray(Image.open(photo).convert("RGB")), box, challenge["moves"])
 
 
-def stop_mid_session(serve: ServeProcess, stop) -> tuple[object, float]:
-    """START and half the frames; ``stop()``; the rest and END: (END's reply, when)."""
+def serving(repository, tmp_path, drain_secs: str) -> ServeProcess:
+    serve = ServeProcess(repository, tmp_path, "--drain-secs", drain_secs)
+    try:
+        serve.wait_for_line("Press Ctrl-C to stop.")
+    except BaseException:
+        serve.close()
+        raise
+    return serve
+
+
+def stop_mid_session(serve: ServeProcess) -> tuple[object, float]:
+    """START and half the frames; SIGTERM to kyc serve; the rest and END: (END's
+    reply, when the signal went)."""
     grpc_url = f"127.0.0.1:{serve.ports['grpc']}"
     sid = uuid.uuid4().hex
     with LivenessStream(grpc_url) as stream:
@@ -54,7 +65,7 @@ def stop_mid_session(serve: ServeProcess, stop) -> tuple[object, float]:
             stream.send(sid, frame)
         for _ in frames[:half]:
             assert isinstance(stream.receive(), LivenessReply)
-        stop()
+        serve.proc.send_signal(signal.SIGTERM)
         stopped = time.monotonic()
         time.sleep(1.0)  # the person goes on turning their head
         for k, frame in enumerate(frames[half:]):
@@ -64,11 +75,9 @@ def stop_mid_session(serve: ServeProcess, stop) -> tuple[object, float]:
 
 
 def test_without_a_drain_triton_fails_the_open_session_when_told_to_stop(repository, tmp_path):
-    serve = ServeProcess(repository, tmp_path, "--drain-secs", "0")
+    serve = serving(repository, tmp_path, "0")
     try:
-        serve.wait_for_line("Press Ctrl-C to stop.")
-        end, _ = stop_mid_session(
-            serve, lambda: serve.proc.send_signal(signal.SIGTERM))
+        end, _ = stop_mid_session(serve)
         assert not isinstance(end, LivenessReply)
         assert "Server not ready" in str(end) or "Server is stopping" in str(end), end
     finally:
@@ -76,11 +85,9 @@ def test_without_a_drain_triton_fails_the_open_session_when_told_to_stop(reposit
 
 
 def test_kyc_serve_drains_an_open_session_to_its_verdict_then_stops(repository, tmp_path):
-    serve = ServeProcess(repository, tmp_path, "--drain-secs", "60")
+    serve = serving(repository, tmp_path, "60")
     try:
-        serve.wait_for_line("Press Ctrl-C to stop.")
-        end, stopped = stop_mid_session(
-            serve, lambda: serve.proc.send_signal(signal.SIGTERM))
+        end, stopped = stop_mid_session(serve)
         assert isinstance(end, LivenessReply), end
         assert end.is_live and end.token.startswith(b"kyc2.")
         assert serve.proc.wait(timeout=60) == 0

@@ -7,14 +7,13 @@ of the repository: one with A's token key, one with a key of its own."""
 from __future__ import annotations
 
 import base64
-import json
 import secrets
 import uuid
 
-import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from test_drain import session_frames
+from test_kyc_ensemble import verify as kyc_verify
 
 from kyc.cli import main
 from kyc.liveness.client import LivenessReply, LivenessStream
@@ -39,15 +38,8 @@ def live_token(grpc_url: str) -> bytes:
 
 
 def verify(grpc_url: str, document: bytes, selfie: bytes, token: bytes) -> dict:
-    tensors = []
-    for name, value in (("DOCUMENT_IMAGE", document), ("SELFIE_IMAGE", selfie),
-                        ("LIVENESS_TOKEN", token)):
-        tensor = grpcclient.InferInput(name, [1, 1], "BYTES")
-        tensor.set_data_from_numpy(np.array([[value]], dtype=np.object_))
-        tensors.append(tensor)
     with grpcclient.InferenceServerClient(grpc_url) as client:
-        result = client.infer("kyc_ensemble", tensors, client_timeout=120)
-    return json.loads(result.as_numpy("REPORT")[0, 0])
+        return kyc_verify(client, document, selfie, token)
 
 
 @pytest.fixture(scope="module")
