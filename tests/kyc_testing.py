@@ -97,6 +97,17 @@ def write_echo_version(version_dir: Path, scale: float = 1.0) -> Path:
     return version_dir
 
 
+def build_publish_repository(root: Path) -> Path:
+    """face_embedding (real weights, ONNX) and the echo Python model: what the publish
+    tests ship new versions of."""
+    require_weights()
+    copy_tree(SHIPPED_REPOSITORY / "face_embedding", root / "face_embedding")
+    (root / "echo").mkdir()
+    (root / "echo" / "config.pbtxt").write_text(textwrap.dedent(ECHO_CONFIG))
+    write_echo_version(root / "echo" / "1", scale=1.0)
+    return root
+
+
 def build_tiny_repository(root: Path) -> Path:
     """A sound repository: an ONNX model, a Python model and an ensemble of both."""
     (root / "double" / "1").mkdir(parents=True)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from collections import Counter
@@ -15,10 +14,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from kyc_testing import (
-    ECHO_CONFIG,
     SHIPPED_REPOSITORY,
-    copy_tree,
-    require_weights,
+    build_publish_repository,
     start_server,
     write_echo_version,
 )
@@ -70,6 +67,15 @@ def kyc_publish(repo: Path, model: str, src: Path, *extra: str) -> subprocess.Co
     )
 
 
+def load_inputs() -> tuple[grpcclient.InferInput, grpcclient.InferInput]:
+    """A face for face_embedding and a pair of values for echo."""
+    face = grpcclient.InferInput("FACE", [1, 112, 112, 3], "UINT8")
+    face.set_data_from_numpy(np.random.default_rng(0).integers(0, 255, (1, 112, 112, 3), np.uint8))
+    values = grpcclient.InferInput("IN", [1, 2], "FP32")
+    values.set_data_from_numpy(np.array([[1.0, 2.0]], np.float32))
+    return face, values
+
+
 def states(server, model: str) -> dict[str, str]:
     return {m["version"]: m["state"] for m in server.index() if m["name"] == model}
 
@@ -77,13 +83,7 @@ def states(server, model: str) -> dict[str, str]:
 @pytest.fixture
 def live_repository(tmp_path):
     """face_embedding (real weights, ONNX) and a Python model, served in poll mode."""
-    require_weights()
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    copy_tree(SHIPPED_REPOSITORY / "face_embedding", repo / "face_embedding")
-    (repo / "echo").mkdir()
-    (repo / "echo" / "config.pbtxt").write_text(textwrap.dedent(ECHO_CONFIG))
-    write_echo_version(repo / "echo" / "1", scale=1.0)
+    repo = build_publish_repository(tmp_path / "repo")
     server = start_server(repo, tmp_path / "server.log", poll_secs=1)
     yield repo, server
     server.stop()
@@ -93,10 +93,7 @@ def test_publishing_under_load_serves_new_versions_and_never_a_broken_one(
     live_repository, tmp_path
 ):
     repo, server = live_repository
-    face = grpcclient.InferInput("FACE", [1, 112, 112, 3], "UINT8")
-    face.set_data_from_numpy(np.random.default_rng(0).integers(0, 255, (1, 112, 112, 3), np.uint8))
-    values = grpcclient.InferInput("IN", [1, 2], "FP32")
-    values.set_data_from_numpy(np.array([[1.0, 2.0]], np.float32))
+    face, values = load_inputs()
     embedding_load = Load(server.options.grpc_url, "face_embedding", [face], "EMBEDDING")
     echo_load = Load(server.options.grpc_url, "echo", [values], "OUT")
     for load in (embedding_load, echo_load):

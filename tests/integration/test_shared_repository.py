@@ -6,18 +6,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 
-import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
-from test_poll_publish import Load, kyc_publish
+from test_poll_publish import Load, kyc_publish, load_inputs
 
 from kyc_testing import (
-    ECHO_CONFIG,
     SHIPPED_REPOSITORY,
-    copy_tree,
-    require_weights,
+    build_publish_repository,
     start_server,
     write_echo_version,
 )
@@ -28,13 +23,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def image_repository(tmp_path):
     """What the image carries in /models: face_embedding (ONNX) and a Python model."""
-    require_weights()
-    repo = tmp_path / "image" / "models"
-    copy_tree(SHIPPED_REPOSITORY / "face_embedding", repo / "face_embedding")
-    (repo / "echo").mkdir()
-    (repo / "echo" / "config.pbtxt").write_text(textwrap.dedent(ECHO_CONFIG))
-    write_echo_version(repo / "echo" / "1", scale=1.0)
-    return repo
+    return build_publish_repository(tmp_path / "image" / "models")
 
 
 def seed(src, dest) -> str:
@@ -51,10 +40,7 @@ def test_one_publish_reaches_every_replica_of_the_shared_volume_without_a_failed
     assert "left as it is" in seed(image_repository, volume)  # the second pod's init
     replicas = [start_server(volume, tmp_path / f"replica-{n}.log", poll_secs=1)
                 for n in range(2)]
-    face = grpcclient.InferInput("FACE", [1, 112, 112, 3], "UINT8")
-    face.set_data_from_numpy(np.random.default_rng(0).integers(0, 255, (1, 112, 112, 3), np.uint8))
-    values = grpcclient.InferInput("IN", [1, 2], "FP32")
-    values.set_data_from_numpy(np.array([[1.0, 2.0]], np.float32))
+    face, values = load_inputs()
     loads = [Load(r.options.grpc_url, model, [tensor], output) for r in replicas
              for model, tensor, output in (("face_embedding", face, "EMBEDDING"),
                                            ("echo", values, "OUT"))]
