@@ -1,41 +1,61 @@
 # Production image: Triton 2.51.0 (NGC 24.10) serving model_repository/ on GPU.
-#   docker build -t kyc-triton .
-#   docker run --gpus all --shm-size=1g -p 8000-8002:8000-8002 kyc-triton
+#   make image       (make wheelhouse, then docker build --network none -t kyc-triton:latest .)
+#   docker run --gpus all --shm-size=1g -p 8000-8002:8000-8002 -e KYC_ADMIN_KEY=... \
+#       -e KYC_TOKEN_KEY=... kyc-triton
 # The Python backend moves tensors through /dev/shm: Docker's default 64 MB is
 # too small for batched images, hence --shm-size (1 GB is ample for the defaults).
+#
+# The build reaches no network: everything it installs was fetched and checked on the
+# host by `make wheelhouse` (build/wheelhouse: the hash-locked wheels, the pinned weight
+# archives, the .debs the base lacks). `make image-cpu` builds this same file on the CPU
+# stand-in base (--build-arg TRITON_IMAGE=kyc-triton-base:cpu); docs/image.md.
 ARG TRITON_IMAGE=nvcr.io/nvidia/tritonserver:24.10-py3
 
 # ---- build: the default model files, made by the same `make setup` that CI runs ----
 FROM ${TRITON_IMAGE} AS build
-# hadolint ignore=DL3008
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends make python3-venv \
-    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY . .
+COPY build/wheelhouse/ build/wheelhouse/
+# pip, `kyc models fetch` and system-deps.sh take everything from there; TLS stays on.
+ENV PIP_NO_INDEX=1 \
+    PIP_FIND_LINKS=/src/build/wheelhouse/wheels \
+    KYC_CACHE_DIR=/src/build/wheelhouse/weights \
+    KYC_DEBS_DIR=/src/build/wheelhouse/debs
+# The locked dependencies first, in layers that a change to the project's code leaves
+# cached: the development environment `make setup` needs, and the image's own (/opt/kyc).
+COPY Makefile pyproject.toml constraints.txt ./
+COPY locks/ locks/
+COPY scripts/system-deps.sh scripts/
+RUN bash scripts/system-deps.sh \
+    && make deps-locked RUNTIME=/opt/kyc
+# Then the project: the model files, checked, and the package into /opt/kyc.
+COPY README.md ./
+COPY backends/ backends/
+COPY export/ export/
+COPY model_repository/ model_repository/
 RUN make setup \
     && .venv/bin/kyc repo check model_repository \
-    && .venv/bin/python -m pip wheel --no-deps --no-build-isolation -w /dist .
+    && make runtime RUNTIME=/opt/kyc
 
-# ---- final: Triton with the project's package and the repository ----
+# ---- final: Triton with the project's environment and the repository ----
 FROM ${TRITON_IMAGE}
-COPY locks/runtime-py3.10.lock /tmp/runtime.lock
-COPY --from=build /dist/ /tmp/dist/
-# The runtime dependencies from the hash lock (the image runs Python 3.10); numpy<2
-# is pinned: numpy 2 makes this Python backend answer with empty outputs.
-RUN python3 -m pip install --no-cache-dir --require-hashes -r /tmp/runtime.lock \
-    && python3 -m pip install --no-cache-dir --no-deps /tmp/dist/*.whl \
-    && rm -rf /tmp/dist /tmp/runtime.lock
+# A virtual environment from locks/runtime-py<the base's Python>.lock (--require-hashes)
+# and the project's wheel; numpy<2 is pinned there: numpy 2 makes this Python backend
+# answer with empty outputs. `kyc serve` puts its bin first on the server's PATH, so the
+# Python stubs run in it.
+COPY --from=build /opt/kyc /opt/kyc
 COPY --from=build --chown=1000:1000 /src/model_repository /models
-ENV KYC_TRITON_HOME=/opt/tritonserver
+ENV PATH=/opt/kyc/bin:${PATH} \
+    KYC_TRITON_HOME=/opt/tritonserver
 # Production mode: refuses to start without KYC_ADMIN_KEY (>= 16 characters: it
 # unlocks the model-repository, shared-memory, trace and logging APIs) and a token key.
 ENV KYC_PRODUCTION=1
 # uid 1000 is the image's unprivileged triton-server user.
 USER 1000:1000
 EXPOSE 8000 8001 8002
+# kyc health asks the server this container started (its HTTP port, whatever the options).
 HEALTHCHECK --interval=15s --timeout=5s --start-period=180s --retries=3 \
-    CMD ["kyc", "health", "--url", "127.0.0.1:8000"]
+    CMD ["kyc", "health"]
 # Liveness tokens are sealed with KYC_TOKEN_KEY (base64 of 32 random bytes) or
 # KYC_TOKEN_KEY_FILE (e.g. a mounted secret); every replica needs the same key.
+# Options after the image name are appended: `docker run ... kyc-triton --http-port 9000`.
 ENTRYPOINT ["kyc", "serve", "--model-repository", "/models", "--triton-home", "/opt/tritonserver", "--production"]

@@ -7,6 +7,8 @@
 #   locks/triton.lock         nvidia-pytriton, installed with --no-deps (its server binary only)
 #   locks/kserve.lock         the KServe SDK wheel, downloaded (not installed) by `make test`:
 #                             tests/kserve_schema.py reads its API types to validate deploy/kserve
+#   locks/build.lock          setuptools and wheel, the project's build backend: installed with
+#                             hashes first, so the project builds without build isolation
 #   locks/peers.lock          the OCR peer of `kyc bench` (`make test`), with --no-deps: it
 #                             requires opencv-python, which clashes with the headless build
 # Not locked: torch (`make test` only), a CPU build that pip takes from the
@@ -38,4 +40,5 @@ no_deps() {  # lock FILE PACKAGE...: exact pins without their dependencies
 no_deps locks/triton.lock nvidia-pytriton
 no_deps locks/peers.lock rapidocr-onnxruntime shapely PyYAML six tqdm
 no_deps locks/kserve.lock kserve
+no_deps locks/build.lock setuptools wheel
 echo "locks/ regenerated"

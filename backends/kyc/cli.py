@@ -243,10 +243,39 @@ def cmd_repo_seed(args: argparse.Namespace) -> int:
 
 
 # -- health -----------------------------------------------------------------------
+DEFAULT_HEALTH_URL = "127.0.0.1:8000"
+# In the image, `kyc serve` is PID 1 (the ENTRYPOINT, exec form).
+ENTRYPOINT_CMDLINE = Path("/proc/1/cmdline")
+
+
+def entrypoint_http_url(cmdline: Path = ENTRYPOINT_CMDLINE) -> str | None:
+    """The HTTP host:port of the ``kyc serve`` whose command line is ``cmdline``, else None.
+
+    The image's HEALTHCHECK runs ``kyc health`` with no --url: it must follow the port that
+    options after the image name gave (``docker run ... kyc-triton --http-port 9000``), so
+    it reads them from the entrypoint's own command line, parsed by the same parser.
+    """
+    from kyc.runtime.server import ServerOptions
+
+    try:
+        argv = [a.decode(errors="replace") for a in cmdline.read_bytes().split(b"\0") if a]
+    except OSError:
+        return None
+    start = next((i for i, a in enumerate(argv) if Path(a).name == "kyc"), None)
+    if start is None or argv[start + 1:start + 2] != ["serve"]:
+        return None
+    try:
+        args = build_parser().parse_args(argv[start + 1:])
+    except SystemExit:  # argparse's way to refuse; that server would not have started
+        return None
+    return ServerOptions(Path(), http_port=args.http_port, address=args.address).http_url
+
+
 def cmd_health(args: argparse.Namespace) -> int:
     from kyc.runtime.server import is_ready
 
-    return 0 if is_ready(args.url, timeout=args.timeout) else 1
+    url = args.url or entrypoint_http_url() or DEFAULT_HEALTH_URL
+    return 0 if is_ready(url, timeout=args.timeout) else 1
 
 
 # -- bench ------------------------------------------------------------------------
@@ -423,7 +452,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_deploy_parsers(sub)
 
     health = sub.add_parser("health", help="exit 0 when the server is ready")
-    health.add_argument("--url", default="127.0.0.1:8000", help="HTTP host:port")
+    health.add_argument("--url", default=None,
+                        help="HTTP host:port (default: that of the `kyc serve` that is PID 1, "
+                             f"as in the image, else {DEFAULT_HEALTH_URL})")
     health.add_argument("--timeout", type=float, default=3.0)
     health.set_defaults(func=cmd_health)
     return parser

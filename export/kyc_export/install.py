@@ -10,6 +10,7 @@ model folder are not supported.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import secrets
@@ -95,7 +96,14 @@ def install(
         fsync_dir(staging)
         if final.exists():
             old = model_dir / f"{_OLD}{secrets.token_hex(6)}"
-            os.rename(final, old)
+            try:
+                os.rename(final, old)
+            except OSError as exc:
+                if exc.errno != errno.EXDEV:
+                    raise
+                old = None
+                _replace_files(staging, final)
+                return final
         os.rename(staging, final)
         fsync_dir(model_dir)
     except OSError as exc:
@@ -107,6 +115,20 @@ def install(
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _replace_files(staging: Path, final: Path) -> None:
+    """Move each staged file into ``final`` (each replaced atomically), then drop ``staging``.
+
+    For an overlay file system that cannot rename a directory of a lower layer (EXDEV):
+    a Docker build whose COPY brought the version folder. There no server watches the
+    folder, so a file-by-file swap is safe where the folder swap is impossible.
+    """
+    logger.info("%s cannot be renamed on this file system: replacing its files", final)
+    for entry in sorted(staging.iterdir()):
+        os.replace(entry, final / entry.name)
+    fsync_dir(final)
+    staging.rmdir()
 
 
 def _remove_leftovers(model_dir: Path) -> None:

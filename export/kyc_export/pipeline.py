@@ -69,6 +69,32 @@ def fetch_models(
     return results
 
 
+def download_archives(
+    models: list[str] | None = None,
+    cache_dir: Path | None = None,
+    *,
+    manifest: Manifest | None = None,
+) -> list[Path]:
+    """Download the archives of ``models`` (all by default) into the cache, sha256-checked.
+
+    Nothing is converted: the image's build stage, which has no network, converts them
+    from this cache (``make wheelhouse`` fills one beside the wheels). Returns each
+    archive's path once, in manifest order.
+    """
+    manifest = manifest or load_manifest()
+    names = list(manifest.models) if models is None else list(models)
+    specs = [manifest.model(name) for name in names]
+    if not specs:
+        raise ManifestError("no models selected")
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    paths: list[Path] = []
+    for spec in specs:
+        path = download(spec.source, cache)
+        if path not in paths:
+            paths.append(path)
+    return paths
+
+
 class _Stepper:
     """Times a step and reports ``[i/n] model: what (detail)... 1.2s`` when it ends."""
 

@@ -1,4 +1,5 @@
-"""The production image cannot be built here: lint it, and hold its steps to CI's commands."""
+"""The Dockerfile, statically: lint, and its steps held to CI's commands. The image itself is
+built and run on the CPU stand-in base by tests/integration/test_image.py."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kyc.cli import build_parser
+from kyc.cli import build_parser, entrypoint_http_url
 from kyc_testing import PROJECT_ROOT
 
 DOCKERFILE = PROJECT_ROOT / "Dockerfile"
@@ -49,6 +50,39 @@ def test_build_stage_makes_the_models_with_make_setup_and_checks_them_with_kyc()
     assert re.search(r"^test: setup", makefile, re.M)
 
 
+def test_the_build_installs_from_the_hosts_wheelhouse_and_never_from_an_index():
+    text = DOCKERFILE.read_text()
+    env = " ".join(instructions("ENV"))
+    assert "PIP_NO_INDEX=1" in env
+    assert "PIP_FIND_LINKS=/src/build/wheelhouse/wheels" in env
+    assert "KYC_CACHE_DIR=/src/build/wheelhouse/weights" in env
+    assert "KYC_DEBS_DIR=/src/build/wheelhouse/debs" in env
+    runs = " ".join(instructions("RUN"))
+    assert "apt-get" not in runs and "curl" not in runs and "wget" not in runs
+    for insecure in ("--trusted-host", "--no-check-certificate", "verify=False", "-k "):
+        assert insecure not in text
+    makefile = (PROJECT_ROOT / "Makefile").read_text()
+    assert "docker build --network none" in makefile
+
+
+def test_dependencies_are_installed_before_the_projects_code_is_copied():
+    """A change to the code alone must rebuild from the cached dependency layers."""
+    lines = [line.strip() for line in DOCKERFILE.read_text().replace("\\\n", " ").splitlines()]
+    deps = next(i for i, line in enumerate(lines) if "make deps-locked" in line)
+    for source in ("backends/", "export/", "model_repository/"):
+        copy = next(i for i, line in enumerate(lines) if line.startswith(f"COPY {source}"))
+        assert deps < copy, f"{source} is copied before the dependencies are installed"
+    assert not any(re.match(r"COPY \. ", line) for line in lines), "COPY . invalidates every layer"
+
+
+def test_every_locked_install_of_the_makefile_requires_hashes():
+    makefile = (PROJECT_ROOT / "Makefile").read_text().replace("\\\n", " ")
+    for line in makefile.splitlines():
+        if re.search(r"pip install.* -r locks/", line) or re.search(r"\$\(PIP\).* -r locks/", line):
+            assert "--require-hashes" in line, line
+    assert "--no-build-isolation -e ." in makefile, "the project builds with the locked setuptools"
+
+
 def test_ci_runs_make_test():
     assert "make test" in (PROJECT_ROOT / ".ci" / "run").read_text()
 
@@ -63,18 +97,22 @@ def test_entrypoint_is_kyc_serve_on_the_system_triton_and_parses():
     assert args.production, "the image serves in production mode (keys required)"
 
 
-def test_final_stage_installs_its_dependencies_from_the_hash_lock_of_python_3_10():
+def test_final_stage_takes_the_runtime_environment_that_make_runtime_built():
     final = DOCKERFILE.read_text().split("FROM ${TRITON_IMAGE}\n", 1)[1]
-    assert "COPY locks/runtime-py3.10.lock" in final
-    assert "--require-hashes -r /tmp/runtime.lock" in final
-    assert "--no-deps /tmp/dist/*.whl" in final
+    assert "COPY --from=build /opt/kyc /opt/kyc" in final
+    assert "PATH=/opt/kyc/bin:${PATH}" in final
+    assert "make runtime RUNTIME=/opt/kyc" in " ".join(instructions("RUN"))
+    makefile = (PROJECT_ROOT / "Makefile").read_text().replace("\\\n", " ")
+    assert "--require-hashes -r locks/runtime-py$(PYVER).lock" in makefile
 
 
 def test_healthcheck_asks_kyc_health_for_readiness():
     (health,) = instructions("HEALTHCHECK")
     argv = exec_form(health.split("CMD", 1)[1])
     assert argv[:2] == ["kyc", "health"]
-    assert build_parser().parse_args(argv[1:]).func.__name__ == "cmd_health"
+    args = build_parser().parse_args(argv[1:])
+    assert args.func.__name__ == "cmd_health"
+    assert args.url is None, "a fixed --url would miss a port given after the image name"
 
 
 def test_image_runs_as_a_non_root_user():
@@ -86,3 +124,31 @@ def test_image_runs_as_a_non_root_user():
 def test_image_exposes_the_contract_ports(port):
     (expose,) = instructions("EXPOSE")
     assert port in shlex.split(expose)
+
+
+def _cmdline(tmp_path: Path, *argv: str) -> Path:
+    path = tmp_path / "cmdline"
+    path.write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    return path
+
+
+def test_kyc_health_follows_the_http_port_given_after_the_image_name(tmp_path):
+    (entry,) = instructions("ENTRYPOINT")
+    argv = ["/opt/kyc/bin/python3", "/opt/kyc/bin/kyc", *exec_form(entry)[1:],
+            "--http-port", "9123"]
+
+    assert entrypoint_http_url(_cmdline(tmp_path, *argv)) == "127.0.0.1:9123"
+
+
+def test_kyc_health_uses_the_entrypoints_address_when_it_is_not_every_interface(tmp_path):
+    path = _cmdline(tmp_path, "/usr/bin/python3", "/usr/local/bin/kyc", "serve",
+                    "--address", "127.0.0.2")
+
+    assert entrypoint_http_url(path) == "127.0.0.2:8000"
+
+
+@pytest.mark.parametrize("argv", [("/sbin/init",), ("/x/kyc", "verify"),
+                                  ("/x/kyc", "serve", "--http-port", "not-a-port")])
+def test_kyc_health_falls_back_when_pid_1_is_not_a_kyc_serve_it_can_read(tmp_path, argv):
+    assert entrypoint_http_url(_cmdline(tmp_path, *argv)) is None
+    assert entrypoint_http_url(tmp_path / "absent") is None

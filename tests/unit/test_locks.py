@@ -43,7 +43,7 @@ def test_there_is_a_lock_per_supported_python_and_for_the_no_deps_installs():
     names = {p.name for p in LOCK_FILES}
     for py in PYTHONS:
         assert {f"dev-py{py}.lock", f"runtime-py{py}.lock"} <= names
-    assert {"triton.lock", "peers.lock", "kserve.lock"} <= names
+    assert {"triton.lock", "peers.lock", "kserve.lock", "build.lock"} <= names
 
 
 @pytest.mark.parametrize("lock", LOCK_FILES, ids=lambda p: p.name)
@@ -59,7 +59,8 @@ def test_the_locks_pin_what_constraints_txt_pins(py):
     """A pin changed in constraints.txt without `make lock` fails here."""
     environment = {"python_version": py, "python_full_version": f"{py}.0"}
     pinned = {**locked(LOCKS / f"dev-py{py}.lock"), **locked(LOCKS / "triton.lock"),
-              **locked(LOCKS / "peers.lock"), **locked(LOCKS / "kserve.lock")}
+              **locked(LOCKS / "peers.lock"), **locked(LOCKS / "kserve.lock"),
+              **locked(LOCKS / "build.lock")}
     for req in constraints():
         name = canonicalize_name(req.name)
         if name in NOT_LOCKED or (req.marker and not req.marker.evaluate(environment)):
