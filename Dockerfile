@@ -58,4 +58,6 @@ HEALTHCHECK --interval=15s --timeout=5s --start-period=180s --retries=3 \
 # Liveness tokens are sealed with KYC_TOKEN_KEY (base64 of 32 random bytes) or
 # KYC_TOKEN_KEY_FILE (e.g. a mounted secret); every replica needs the same key.
 # Options after the image name are appended: `docker run ... kyc-triton --http-port 9000`.
-ENTRYPOINT ["kyc", "serve", "--model-repository", "/models", "--triton-home", "/opt/tritonserver", "--production"]
+# On SIGTERM it first drains (requests in flight, open liveness sessions) for up to 5 s,
+# inside `docker stop`'s default 10 s; Kubernetes appends --drain-secs 60 (deploy/).
+ENTRYPOINT ["kyc", "serve", "--model-repository", "/models", "--triton-home", "/opt/tritonserver", "--production", "--drain-secs", "5"]

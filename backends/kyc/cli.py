@@ -318,6 +318,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from kyc.bench_report import write_csvs, write_plots
     from kyc.runtime.triton import TritonNotFoundError
 
+    if args.compare:
+        return _bench_compare(args)
     try:
         options = BenchOptions.for_run(quick=args.quick, model_repository=args.model_repository,
                                        groups=args.scenario, levels=args.levels or (),
@@ -341,6 +343,30 @@ def cmd_bench(args: argparse.Namespace) -> int:
     errors = total_errors(report)
     if errors:
         print(f"kyc bench: {errors} request(s) failed", file=sys.stderr)
+    return 1 if errors else 0
+
+
+def _bench_compare(args: argparse.Namespace) -> int:
+    from kyc.bench_compare import format_comparison, run_comparison
+
+    if len(args.compare) < 2:
+        print("kyc bench --compare: name at least two servers (--compare HOST:PORT twice)",
+              file=sys.stderr)
+        return 2
+    levels = args.levels or (1,)
+    try:
+        report = run_comparison(args.compare, concurrency=levels[0], rounds=args.rounds,
+                                window_s=args.window_s)
+    except (OSError, RuntimeError) as exc:
+        print(f"kyc bench --compare: {exc}", file=sys.stderr)
+        return 1
+    print(format_comparison(report))
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    errors = sum(s["errors"] for s in report["servers"])
+    if errors:
+        print(f"kyc bench --compare: {errors} request(s) failed", file=sys.stderr)
     return 1 if errors else 0
 
 
@@ -440,6 +466,13 @@ def build_parser() -> argparse.ArgumentParser:
                             "(batching variants need --admin-key and explicit mode)")
     bench.add_argument("--admin-key", default=None,
                        help="that server's model-repository API admin key")
+    bench.add_argument("--compare", action="append", default=[], metavar="HOST:PORT",
+                       help="instead of the scenarios: kyc_ensemble on these running servers "
+                            "(gRPC; repeat, at least two), window after window in turns, "
+                            "latencies pooled per server (concurrency: the first of --levels, "
+                            "default 1)")
+    bench.add_argument("--rounds", type=_positive_int, default=None,
+                       help="with --compare: measured windows per server")
     bench.add_argument("--model-repository", type=Path, default=DEFAULT_REPOSITORY)
     bench.set_defaults(func=cmd_bench)
 

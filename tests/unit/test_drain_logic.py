@@ -19,7 +19,7 @@ nv_inference_pending_request_count{model="liveness_sequence",version="2"} 1
 
 
 def test_the_exposition_gives_open_sessions_and_liveness_requests_of_every_version():
-    assert parse_server_load(EXPOSITION) == ServerLoad(3.0, 43.0, 5.0)
+    assert parse_server_load(EXPOSITION) == ServerLoad(3.0, 43.0, 5.0, answered=142.0)
     assert parse_server_load("nv_inference_request_success{model=\"x\"} 1\n") is None
 
 
@@ -47,6 +47,18 @@ def test_it_stops_waiting_when_the_last_session_ends_and_nothing_is_pending():
     result = run([ServerLoad(2, 10), ServerLoad(1, 15), ServerLoad(0, 20, pending=2),
                   ServerLoad(0, 20)], deadline_s=60, idle_s=30)
     assert (result.reason, result.waited_s) == ("drained", 3.0)
+
+
+def test_a_request_in_execution_holds_it_until_no_model_answered_for_the_quiet_time():
+    """Triton shows no gauge of requests in execution: answered steps show one in flight."""
+    steps = [ServerLoad(0, 0, answered=n) for n in (10, 12, 15, 15, 15, 15)]
+    result = run(steps, deadline_s=60, idle_s=30, quiet_s=1.5)
+    assert (result.reason, result.waited_s) == ("drained", 4.0)
+
+
+def test_an_idle_server_still_waits_the_quiet_time_once():
+    result = run([ServerLoad(0, 0, answered=7)] * 5, deadline_s=60, idle_s=30, quiet_s=2.0)
+    assert (result.reason, result.waited_s) == ("drained", 2.0)
 
 
 def test_sessions_without_a_frame_for_the_idle_time_do_not_hold_it():

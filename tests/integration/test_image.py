@@ -1,0 +1,263 @@
+"""The production image, for real: kyc-triton:cpu (the repository's Dockerfile built by
+`make image-cpu` on the CPU stand-in base) run in a real Docker engine as users run it,
+`docker run --network host --shm-size=1g -e KYC_ADMIN_KEY=... -e KYC_TOKEN_KEY=...
+kyc-triton:cpu [kyc serve options]`, on free loopback ports.
+
+`make test` builds the image first and sets KYC_IMAGE_TESTS=required, so that a missing
+image or engine fails here; a plain `pytest` without them skips this module.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from test_kyc_ensemble import document, token_of, verify
+
+from kyc.cli import main
+from kyc.document.synthetic import random_identity
+from kyc.runtime.server import ServerOptions, free_port, is_ready, repository_index
+from kyc_export.fetch import fetch_test_photos
+from kyc_testing import SHIPPED_REPOSITORY
+
+pytestmark = pytest.mark.integration
+
+IMAGE = os.environ.get("KYC_TEST_IMAGE", "kyc-triton:cpu")
+STOP_GRACE_S = 30  # docker stop -t: past it Docker kills (exit code 137)
+
+
+def docker(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout,
+                          check=check)
+
+
+def require_image() -> None:
+    required = os.environ.get("KYC_IMAGE_TESTS") == "required"
+    problem = None
+    if shutil.which("docker") is None:
+        problem = "no docker client"
+    elif docker("info", check=False, timeout=30).returncode != 0:
+        problem = "no Docker engine answers (scripts/docker-engine.sh start)"
+    elif docker("image", "inspect", IMAGE, check=False).returncode != 0:
+        problem = f"no image {IMAGE}: run `make image-cpu`"
+    if problem:
+        (pytest.fail if required else pytest.skip)(problem)
+
+
+def token_key() -> str:
+    """A liveness token key as production wants it: base64 of 32 random bytes."""
+    return base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+def http(url: str, method: str = "GET", key: str | None = None) -> int:
+    request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None,
+                                     headers={"admin-key": key} if key else {})
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+@pytest.fixture(scope="module")
+def container():
+    """One container of the image on free loopback ports, with the keys production needs."""
+    require_image()
+    options = ServerOptions(Path("/models"), http_port=free_port(), grpc_port=free_port(),
+                            metrics_port=free_port(), address="127.0.0.1")
+    admin_key = secrets.token_urlsafe(24)
+    name = f"kyc-test-{uuid.uuid4().hex[:8]}"
+    started = time.monotonic()
+    docker("run", "-d", "--name", name, "--network", "host", "--shm-size=1g",
+           "-e", f"KYC_ADMIN_KEY={admin_key}",
+           "-e", f"KYC_TOKEN_KEY={token_key()}",
+           IMAGE, "--http-port", str(options.http_port), "--grpc-port", str(options.grpc_port),
+           "--metrics-port", str(options.metrics_port), "--address", options.address)
+    try:
+        deadline = started + 180
+        while not is_ready(options.http_url, timeout=1):
+            state = json.loads(docker("inspect", "--format", "{{json .State}}", name).stdout)
+            if not state["Running"] or time.monotonic() > deadline:
+                logs = docker("logs", "--tail", "40", name, check=False)
+                pytest.fail(f"the container did not become ready ({state['Status']}):\n"
+                            f"{logs.stdout}{logs.stderr}")
+            time.sleep(0.5)
+        print(f"\n{IMAGE}: ready {time.monotonic() - started:.1f} s after docker run")
+        grpc = grpcclient.InferenceServerClient(options.grpc_url)
+        yield SimpleNamespace(name=name, options=options, admin_key=admin_key, client=grpc,
+                              sent={"text": [], "images": []})
+        grpc.close()
+    finally:
+        docker("rm", "-f", name, check=False)
+
+
+@pytest.fixture(scope="module")
+def photos():
+    return fetch_test_photos()
+
+
+def sent_document(container, photos, seed: int, **kinds) -> bytes:
+    """test_kyc_ensemble's document; its identity's personal data is remembered."""
+    identity = random_identity(np.random.default_rng(seed), expired=kinds.get("expired", False))
+    container.sent["text"] += [identity.surname, identity.given_names, identity.document_number]
+    doc = document(photos, seed, **kinds)
+    container.sent["images"].append(doc)
+    return doc
+
+
+def test_every_model_of_the_repository_is_ready(container):
+    index = repository_index(container.options.http_url, container.admin_key)
+    expected = sorted(p.parent.name for p in SHIPPED_REPOSITORY.glob("*/config.pbtxt"))
+    assert sorted(m["name"] for m in index) == expected
+    assert {m["name"]: m["state"] for m in index} == dict.fromkeys(expected, "READY")
+
+
+def test_the_server_and_its_python_stubs_run_as_uid_1000_not_root(container):
+    top = docker("top", container.name, "-o", "pid,uid,comm").stdout.splitlines()[1:]
+    processes = [line.split(None, 2)[1:] for line in top if line.strip()]
+    assert {"tritonserver", "triton_python_b"} <= {comm.strip() for _, comm in processes}
+    assert {uid for uid, _ in processes} == {"1000"}, processes
+
+
+def test_the_model_repository_api_refuses_a_request_without_the_admin_key(container):
+    base = f"http://{container.options.http_url}"
+    assert http(f"{base}/v2/repository/index", "POST") == 403
+    assert http(f"{base}/v2/repository/index", "POST", key="wrong-" + container.admin_key) == 403
+    assert http(f"{base}/v2/repository/index", "POST", key=container.admin_key) == 200
+    assert http(f"{base}/v2/health/ready") == 200  # health and inference stay open
+
+
+def test_kyc_ensemble_approves_reviews_and_rejects_as_on_the_local_server(
+    container, photos, server, client
+):
+    selfie, impostor = photos["person_a_2"].read_bytes(), photos["impostor_2"].read_bytes()
+    container.sent["images"] += [selfie, impostor]
+    token = token_of(container, container.client, photos, "person_a_2")
+    container.sent["text"].append(token.decode()[5:45])
+    doc = sent_document(container, photos, 1)
+
+    approved = verify(container.client, doc, selfie, token)
+    reviewed = verify(container.client, doc, selfie)
+    rejected = verify(container.client, sent_document(container, photos, 2), impostor)
+
+    assert approved["decision"] == "approve" and approved["reasons"] == [], approved
+    assert reviewed["decision"] == "review" and reviewed["reasons"] == ["liveness_missing"]
+    assert rejected["decision"] == "reject" and "face_mismatch" in rejected["reasons"]
+    local = verify(client, doc, selfie)  # the session's `kyc serve` on the host
+    assert local["decision"] == reviewed["decision"] and local["reasons"] == reviewed["reasons"]
+    for name, score in local["_scores"].items():
+        assert reviewed["_scores"][name] == pytest.approx(score, abs=1e-4), name
+
+
+def test_a_bad_image_gets_its_own_clean_error_and_the_container_stays_healthy(
+    container, photos
+):
+    doc = sent_document(container, photos, 3)
+    selfie = photos["person_a_2"].read_bytes()
+    tensors = [("DOCUMENT_IMAGE", doc[: len(doc) // 2]), ("SELFIE_IMAGE", selfie),
+               ("LIVENESS_TOKEN", b"")]
+    inputs = []
+    for name, value in tensors:
+        tensor = grpcclient.InferInput(name, [1, 1], "BYTES")
+        tensor.set_data_from_numpy(np.array([[value]], dtype=np.object_))
+        inputs.append(tensor)
+
+    with pytest.raises(Exception) as refused:
+        container.client.infer("kyc_ensemble", inputs)
+
+    assert "INVALID_ARGUMENT" in str(refused.value.status())
+    assert "DOCUMENT_IMAGE: the JPEG image cannot be decoded" in refused.value.message()
+    assert verify(container.client, doc, selfie)["decision"] == "review"
+    assert is_ready(container.options.http_url)
+
+
+def test_kyc_verify_on_the_host_reaches_a_decision_against_the_container(
+    container, tmp_path, capsys
+):
+    assert main(["samples", "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+
+    code = main(["verify", "--url", container.options.grpc_url,
+                 "--document", str(tmp_path / "document.jpg"),
+                 "--selfie", str(tmp_path / "selfie.jpg"),
+                 "--demo-frames-from", str(tmp_path / "selfie.jpg")])
+
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["decision"] == "approve", report
+    container.sent["images"] += [(tmp_path / n).read_bytes() for n in ("document.jpg",
+                                                                        "selfie.jpg")]
+
+
+def test_the_images_healthcheck_reports_healthy(container):
+    """The image's own HEALTHCHECK (every 15 s), on the port given after the image name."""
+    deadline = time.monotonic() + 90
+    while True:
+        health = json.loads(docker("inspect", "--format", "{{json .State.Health}}",
+                                   container.name).stdout)
+        if health["Status"] != "starting" or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert health["Status"] == "healthy", health["Log"][-3:]
+    assert health["Log"][-1]["ExitCode"] == 0
+
+
+def test_docker_stop_answers_the_request_in_flight_and_exits_0_within_the_grace(
+    container, photos
+):
+    doc, selfie = sent_document(container, photos, 4), photos["person_a_2"].read_bytes()
+    answer: dict = {}
+
+    def in_flight():
+        try:
+            answer["report"] = verify(container.client, doc, selfie)
+        except Exception as exc:  # reported by the assertion below
+            answer["error"] = exc
+
+    request = threading.Thread(target=in_flight)
+    request.start()
+    time.sleep(0.3)  # sent: kyc_ensemble takes about a second here
+    docker("stop", "-t", str(STOP_GRACE_S), container.name, timeout=STOP_GRACE_S + 30)
+    request.join(timeout=60)
+
+    state = json.loads(docker("inspect", "--format", "{{json .State}}", container.name).stdout)
+    assert state["ExitCode"] == 0, state  # 137 would mean killed after the grace period
+    assert answer.get("report", {}).get("decision") == "review", answer
+    assert "kyc serve: stopped" in docker("logs", container.name).stderr
+
+
+def test_no_personal_data_in_docker_logs(container):
+    result = docker("logs", container.name)
+    raw = (result.stdout + result.stderr).encode()
+    text = raw.decode(errors="replace")
+    assert "kyc_ensemble" in text and "kyc serve: stopped" in text  # the whole life is there
+    for secret in container.sent["text"]:
+        assert secret not in text, f"{secret[:4]}... appears in docker logs"
+    for magic in (b"\xff\xd8\xff", b"\x89PNG", b"/9j/", b"iVBORw0KGgo"):
+        assert magic not in raw
+    for image in container.sent["images"]:
+        assert image[200:224].hex().encode() not in raw
+    assert container.admin_key not in text
+
+
+def test_without_kyc_admin_key_the_image_exits_at_once_naming_it():
+    require_image()
+    result = docker("run", "--rm", "--network", "none", "-e",
+                    f"KYC_TOKEN_KEY={token_key()}", IMAGE, check=False, timeout=60)
+
+    assert result.returncode != 0
+    assert "KYC_ADMIN_KEY" in result.stderr
+    assert "READY" not in result.stdout + result.stderr
