@@ -10,6 +10,7 @@ image or engine fails here; a plain `pytest` without them skips this module.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import secrets
@@ -20,6 +21,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -73,18 +75,18 @@ def http(url: str, method: str = "GET", key: str | None = None) -> int:
         return exc.code
 
 
-@pytest.fixture(scope="module")
-def container():
-    """One container of the image on free loopback ports, with the keys production needs."""
-    require_image()
+@contextlib.contextmanager
+def running(*docker_options: str) -> Iterator[SimpleNamespace]:
+    """A container of the image on free loopback ports, with the keys production needs,
+    as the README runs it (plus ``docker_options``); removed on exit."""
     options = ServerOptions(Path("/models"), http_port=free_port(), grpc_port=free_port(),
                             metrics_port=free_port(), address="127.0.0.1")
     admin_key = secrets.token_urlsafe(24)
     name = f"kyc-test-{uuid.uuid4().hex[:8]}"
     started = time.monotonic()
     docker("run", "-d", "--name", name, "--network", "host", "--shm-size=1g",
-           "-e", f"KYC_ADMIN_KEY={admin_key}",
-           "-e", f"KYC_TOKEN_KEY={token_key()}",
+           "-e", f"KYC_ADMIN_KEY={admin_key}", "-e", f"KYC_TOKEN_KEY={token_key()}",
+           *docker_options,
            IMAGE, "--http-port", str(options.http_port), "--grpc-port", str(options.grpc_port),
            "--metrics-port", str(options.metrics_port), "--address", options.address)
     try:
@@ -96,13 +98,21 @@ def container():
                 pytest.fail(f"the container did not become ready ({state['Status']}):\n"
                             f"{logs.stdout}{logs.stderr}")
             time.sleep(0.5)
-        print(f"\n{IMAGE}: ready {time.monotonic() - started:.1f} s after docker run")
+        print(f"\n{IMAGE} {' '.join(docker_options)}: ready "
+              f"{time.monotonic() - started:.1f} s after docker run")
         grpc = grpcclient.InferenceServerClient(options.grpc_url)
         yield SimpleNamespace(name=name, options=options, admin_key=admin_key, client=grpc,
                               sent={"text": [], "images": []})
         grpc.close()
     finally:
         docker("rm", "-f", name, check=False)
+
+
+@pytest.fixture(scope="module")
+def container():
+    require_image()
+    with running() as one:
+        yield one
 
 
 @pytest.fixture(scope="module")
@@ -251,6 +261,17 @@ def test_no_personal_data_in_docker_logs(container):
     for image in container.sent["images"]:
         assert image[200:224].hex().encode() not in raw
     assert container.admin_key not in text
+
+
+def test_it_serves_read_only_without_capabilities_as_the_kubernetes_pods_run_it(photos):
+    """deploy/kubernetes: read-only root file system with /tmp an emptyDir, every
+    capability dropped, no privilege escalation; /models is then read-only too."""
+    require_image()
+    with running("--read-only", "--tmpfs", "/tmp", "--cap-drop", "ALL",
+                 "--security-opt", "no-new-privileges") as strict:
+        doc = document(photos, 5)
+        report = verify(strict.client, doc, photos["person_a_2"].read_bytes())
+        assert report["decision"] == "review" and report["reasons"] == ["liveness_missing"]
 
 
 def test_without_kyc_admin_key_the_image_exits_at_once_naming_it():
