@@ -152,3 +152,18 @@ def test_kyc_health_uses_the_entrypoints_address_when_it_is_not_every_interface(
 def test_kyc_health_falls_back_when_pid_1_is_not_a_kyc_serve_it_can_read(tmp_path, argv):
     assert entrypoint_http_url(_cmdline(tmp_path, *argv)) is None
     assert entrypoint_http_url(tmp_path / "absent") is None
+
+
+def test_the_readmes_cpu_run_line_is_the_one_the_image_tests_run():
+    """tests/integration/test_image.py runs the container with these very options."""
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    block = readme.split("make image-cpu  #", 1)[1].split("```", 1)[0].replace("\\\n", " ")
+    run = shlex.split(next(line for line in block.splitlines() if "docker run" in line))
+    assert run[:2] == ["docker", "run"]
+    assert {"--network", "host", "--shm-size=1g", "kyc-triton:cpu"} <= set(run)
+    assert [run[i + 1].split("=")[0] for i, a in enumerate(run) if a == "-e"] == [
+        "KYC_ADMIN_KEY", "KYC_TOKEN_KEY"]
+    tests = (PROJECT_ROOT / "tests" / "integration" / "test_image.py").read_text()
+    for option in ('"--network", "host", "--shm-size=1g"', '"-e", f"KYC_ADMIN_KEY=',
+                   '"-e", f"KYC_TOKEN_KEY=', "--http-port", "--grpc-port", "--metrics-port"):
+        assert option in tests, option
