@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -148,6 +149,39 @@ def test_the_server_does_not_outlive_a_killed_kyc_serve(serve):
         time.sleep(0.2)
     assert not Path(f"/proc/{server_pid}").exists() or \
         "Z" in Path(f"/proc/{server_pid}/stat").read_text().split()[2]
+
+
+def test_a_server_wedged_by_a_half_copied_version_does_not_outlive_a_killed_kyc_serve(
+    serve, repository
+):
+    """A Python version folder seen without its model.py wedges Triton 2.51's poller, and
+    the wedged server ignores SIGTERM (measured): the launcher's death must kill it."""
+    server_pid = serve.server_pid()
+    stubs = [pid for pid in children(server_pid) if stub_instance(pid) != "?"]
+    assert stubs
+    half = repository / "echo" / "2"
+    half.mkdir()
+    (half / "notes.txt").write_text("a copy in progress\n")
+    time.sleep(5)  # two poll cycles: the poller is wedged on echo/2
+    serve.proc.kill()
+    serve.proc.wait(timeout=10)
+    deadline = time.monotonic() + 15
+    alive = [server_pid, *stubs]
+    while alive and time.monotonic() < deadline:
+        alive = [pid for pid in alive if running(pid)]
+        time.sleep(0.2)
+    for pid in alive:  # do not leave them to the next tests
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert alive == [], f"left running after kyc serve was killed: {alive}"
+
+
+def running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
 
 
 def test_serve_refuses_to_start_on_a_repository_that_would_wedge_the_server(repository, tmp_path):

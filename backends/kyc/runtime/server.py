@@ -150,15 +150,18 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def _stop_with_parent() -> None:
-    """In the child before exec: SIGTERM when the launcher dies (Linux prctl).
+    """In the child before exec: SIGKILL when the launcher dies (Linux prctl).
 
     The server runs in its own session so that a terminal's Ctrl-C reaches only
-    the launcher, which then stops it in order; without this, a launcher killed
-    with SIGKILL would leave an orphan server holding its ports.
+    the launcher, which then stops it in order (SIGTERM, its drain, SIGKILL after the
+    grace). A launcher that dies without doing so (killed with SIGKILL, crashed) must
+    not leave an orphan server holding its ports: SIGTERM would not do, since a server
+    whose poller is wedged by a half-copied version folder ignores it (measured:
+    tests/integration/test_serve_cli.py). Its stubs exit within about 2 s of it.
     """
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _pid_alive(pid: int) -> bool:
