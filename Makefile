@@ -137,7 +137,7 @@ wheelhouse: deps
 ## image: kyc-triton:latest on NGC's Triton 24.10 (a GPU host with Docker and nvcr.io)
 image: deps
 	bash scripts/docker-engine.sh start
-	$(MAKE) --no-print-directory wheelhouse IMAGE_PYTHON=$(NGC_PYTHON)
+	bash scripts/wheelhouse.sh $(NGC_PYTHON) $(WHEELHOUSE)
 	$(DOCKER_BUILD) --build-arg TRITON_IMAGE=$(TRITON_IMAGE) -t kyc-triton:latest .
 
 ## image-base-cpu: the CPU stand-in for NGC's image, from Debian's packages and the
@@ -148,7 +148,7 @@ image-base-cpu: deps
 
 ## image-cpu: kyc-triton:cpu, the same Dockerfile on the CPU stand-in base
 image-cpu: image-base-cpu
-	$(MAKE) --no-print-directory wheelhouse IMAGE_PYTHON=$(CPU_BASE_PYTHON)
+	bash scripts/wheelhouse.sh $(CPU_BASE_PYTHON) $(WHEELHOUSE)
 	$(DOCKER_BUILD) --build-arg TRITON_IMAGE=$(CPU_BASE) -t kyc-triton:cpu .
 
 unit: deps $(VENV)/.installed-arcface $(VENV)/.installed-deploy

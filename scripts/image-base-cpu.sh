@@ -29,10 +29,7 @@ started=$(date +%s)
 
 rootfs_image="kyc-debian:$suite-$(echo "$suite $packages" | sha256sum | cut -c1-12)"
 if ! docker image inspect "$rootfs_image" >/dev/null 2>&1; then
-  command -v debootstrap >/dev/null || {
-    echo "image-base-cpu: installing Debian's debootstrap" >&2
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-      --no-install-recommends debootstrap >/dev/null; }
+  bash scripts/system-deps.sh "" --image-base  # "": the host Python's own packages
   # The mirror this machine's apt uses (deb822 or one-line sources), else Debian's own.
   mirror=$(grep -h -m1 -oE '^URIs: *\S+' /etc/apt/sources.list.d/*.sources 2>/dev/null \
              | head -n1 | awk '{print $2}' || true)

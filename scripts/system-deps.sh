@@ -7,6 +7,8 @@
 # With --test, also what `make test` needs to check deploy/ (not setup, not the image):
 #   prometheus         promtool checks and unit-tests deploy/prometheus; the integration
 #                      test runs a real Prometheus (installing it does not start it)
+# With --image-base, also what `make image-base-cpu` needs:
+#   debootstrap        the Debian root file system of the CPU stand-in base
 # With KYC_DEBS_DIR set (the image's build stage, which has no network), missing packages
 # are installed from the .deb files there, which `make wheelhouse` downloaded on the host
 # (--image-debs prints their names); apt is not asked.
@@ -22,6 +24,7 @@ if [ "${2:-}" = "--image-debs" ]; then
 fi
 wanted=("${image_debs[@]}" "libpython${py}")
 [ "${2:-}" = "--test" ] && wanted+=(prometheus)
+[ "${2:-}" = "--image-base" ] && wanted+=(debootstrap)
 missing=()
 for pkg in "${wanted[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -15,6 +15,7 @@ machines' worth of settings, two images.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -64,12 +65,10 @@ def comparison_report(urls: Sequence[str], pooled: Sequence[Measurement], *,
 def run_comparison(urls: Sequence[str], *, concurrency: int = 1, rounds: int | None = None,
                    window_s: float | None = None) -> dict[str, Any]:
     """Compare the servers at ``urls`` (gRPC host:port) on the kyc_ensemble workload."""
-    import dataclasses
-
-    rounds = ROUNDS if rounds is None else rounds
     from kyc.bench_kyc import KYC_DESCRIPTION, kyc_cases
     from kyc.bench_scenarios import KycClient
 
+    rounds = ROUNDS if rounds is None else rounds
     window = WINDOW if window_s is None else dataclasses.replace(WINDOW, window_s=window_s)
     cases = kyc_cases(8)
     pooled = asyncio.run(compare_servers(

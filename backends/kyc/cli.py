@@ -347,6 +347,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _bench_compare(args: argparse.Namespace) -> int:
+    from kyc.bench import write_json
     from kyc.bench_compare import format_comparison, run_comparison
 
     if len(args.compare) < 2:
@@ -363,7 +364,7 @@ def _bench_compare(args: argparse.Namespace) -> int:
     print(format_comparison(report))
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        write_json(report, args.json)
     errors = sum(s["errors"] for s in report["servers"])
     if errors:
         print(f"kyc bench --compare: {errors} request(s) failed", file=sys.stderr)

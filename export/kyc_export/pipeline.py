@@ -55,11 +55,7 @@ def fetch_models(
     :class:`~kyc_export.errors.KycExportError` naming the model; models already
     installed stay installed.
     """
-    manifest = manifest or load_manifest()
-    names = list(manifest.models) if models is None else list(models)
-    specs = [manifest.model(name) for name in names]  # unknown names fail before any work
-    if not specs:
-        raise ManifestError("no models selected")
+    specs = _selected(manifest or load_manifest(), models)
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     report = progress or _log_progress
     results = []
@@ -67,6 +63,15 @@ def fetch_models(
         step = _Stepper(f"[{index}/{len(specs)}] {spec.name}", report)
         results.append(_fetch_one(Path(repository), spec, cache, force, step))
     return results
+
+
+def _selected(manifest: Manifest, models: list[str] | None) -> list[ModelSpec]:
+    """The specs of ``models`` (all by default); unknown names fail before any work."""
+    names = list(manifest.models) if models is None else list(models)
+    specs = [manifest.model(name) for name in names]
+    if not specs:
+        raise ManifestError("no models selected")
+    return specs
 
 
 def download_archives(
@@ -81,11 +86,7 @@ def download_archives(
     from this cache (``make wheelhouse`` fills one beside the wheels). Returns each
     archive's path once, in manifest order.
     """
-    manifest = manifest or load_manifest()
-    names = list(manifest.models) if models is None else list(models)
-    specs = [manifest.model(name) for name in names]
-    if not specs:
-        raise ManifestError("no models selected")
+    specs = _selected(manifest or load_manifest(), models)
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     paths: list[Path] = []
     for spec in specs:

@@ -4,11 +4,9 @@ version, into a poll-mode server serving kyc_ensemble."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +17,7 @@ from test_poll_publish import Load, kyc_publish, states
 from kyc.document.synthetic import Degradation, random_identity, render_document
 from kyc.liveness.client import LivenessReply
 from kyc.liveness.synthetic import turn_sequence
-from kyc.runtime.procs import STUB_PROGRAM, children
+from kyc.runtime.procs import stub_files
 from kyc_export.fetch import fetch_test_photos
 from kyc_testing import (
     SHIPPED_REPOSITORY,
@@ -74,16 +72,10 @@ def wait_stubs(server, expected: int, timeout: float = 120) -> int:
     return stubs(server)
 
 
-def stub_files(server) -> list[str]:
-    """The model file each live stub was started with (<model>/<version>/model.py): which
-    version a stub left behind serves (CI once had one face_preprocess stub too many)."""
-    files = []
-    for pid in children(server.process.pid):
-        with contextlib.suppress(OSError, IndexError):
-            args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if args[0].endswith(STUB_PROGRAM.encode()):
-                files.append("/".join(Path(args[1].decode()).parts[-3:]))
-    return sorted(files)
+def stub_versions(server) -> list[str]:
+    """<model>/<version>/model.py of each live stub: which version a stub left behind
+    serves (CI once had one face_preprocess stub too many)."""
+    return sorted("/".join(path.parts[-3:]) for path in stub_files(server.process.pid))
 
 
 def test_publishing_onnx_python_and_broken_versions_under_kyc_load_fails_no_request(
@@ -142,7 +134,7 @@ def test_publishing_onnx_python_and_broken_versions_under_kyc_load_fails_no_requ
     assert json.loads(kyc.last_output[0, 0])["decision"] in ("review", "reject", "approve")
     assert "3" not in face.versions
     # the old versions' stubs are gone: as many stubs as before the updates
-    assert wait_stubs(server, before) == before, stub_files(server)
+    assert wait_stubs(server, before) == before, stub_versions(server)
 
 
 @pytest.mark.parametrize("model", ["face_embedding", "liveness_sequence"])

@@ -21,7 +21,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from kyc.liveness.token import create_key_file
-from kyc.runtime.procs import children, stub_instance
+from kyc.runtime.procs import children, is_running, stub_instance
 from kyc.runtime.server import SHM_DIR, free_port, is_ready
 from kyc_testing import build_tiny_repository
 
@@ -168,20 +168,13 @@ def test_a_server_wedged_by_a_half_copied_version_does_not_outlive_a_killed_kyc_
     deadline = time.monotonic() + 15
     alive = [server_pid, *stubs]
     while alive and time.monotonic() < deadline:
-        alive = [pid for pid in alive if running(pid)]
+        alive = [pid for pid in alive if is_running(pid)]
         time.sleep(0.2)
     for pid in alive:  # do not leave them to the next tests
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     assert alive == [], f"left running after kyc serve was killed: {alive}"
 
-
-def running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
 
 
 def test_serve_refuses_to_start_on_a_repository_that_would_wedge_the_server(repository, tmp_path):

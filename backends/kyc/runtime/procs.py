@@ -30,16 +30,28 @@ def stub_instance(pid: int) -> str:
         return "?"
 
 
-def stubs_per_model(server_pid: int) -> Counter[str]:
-    """How many live stub processes serve each model (named by the model file a stub
-    was started with: ``<repository>/<model>/<version>/model.*``)."""
-    counts: Counter[str] = Counter()
+def is_running(pid: int) -> bool:
+    """True while ``pid`` exists and has not exited (a zombie not yet reaped has)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def stub_files(server_pid: int) -> list[Path]:
+    """The model file each live stub process of the server was started with
+    (``<repository>/<model>/<version>/model.*``)."""
+    files = []
     for pid in children(server_pid):
         with contextlib.suppress(OSError, IndexError):
             args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if not args[0].decode(errors="replace").endswith(STUB_PROGRAM):
-                continue
-            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-                continue  # exited, not yet reaped
-            counts[Path(args[1].decode(errors="replace")).parent.parent.name] += 1
-    return counts
+            if args[0].decode(errors="replace").endswith(STUB_PROGRAM) and is_running(pid):
+                files.append(Path(args[1].decode(errors="replace")))
+    return files
+
+
+def stubs_per_model(server_pid: int) -> Counter[str]:
+    """How many live stub processes serve each model (named by the model file a stub
+    was started with: ``<repository>/<model>/<version>/model.*``)."""
+    return Counter(path.parent.parent.name for path in stub_files(server_pid))
