@@ -189,11 +189,11 @@ def concurrently(url: str, model: str, inputs: list[list[grpcclient.InferInput]]
 
 
 def liveness_step(client: grpcclient.InferenceServerClient, sid, frame: bytes = b"",
-                  start: bool = False, end: bool = False):
+                  start: bool = False, end: bool = False, model_version: str = ""):
     """One liveness_sequence request: the reply, or the error as the result."""
     try:
         return LivenessReply.from_result(client.infer(
-            "liveness_sequence", [frame_input(frame)], sequence_id=sid, sequence_start=start,
-            sequence_end=end, client_timeout=60))
+            "liveness_sequence", [frame_input(frame)], model_version=model_version,
+            sequence_id=sid, sequence_start=start, sequence_end=end, client_timeout=60))
     except Exception as exc:
         return exc

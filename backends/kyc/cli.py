@@ -50,7 +50,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
               f"--stop-grace ({args.stop_grace:g}), or Triton is killed before it drains",
               file=sys.stderr)
         return 2
-    if not args.skip_check:
+    if not args.skip_check and not args.watch:
         problems = check_repository(repository)
         if problems:
             for problem in problems:
@@ -83,6 +83,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         exit_timeout_secs=args.exit_timeout_secs,
         require_token_key=args.require_token_key or production,
         production=production,
+        watch=args.watch,
+        **({"quiet_secs": args.quiet_secs} if args.quiet_secs is not None else {}),
+        watch_polling=args.watch_polling,
+        live_dir=args.live_dir,
+        status_port=args.status_port,
     )
     server = TritonServer(options, triton_home=args.triton_home, log_file=args.log_file)
 
@@ -103,6 +108,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except (TritonNotFoundError, ServerError, OSError) as exc:
         print(f"kyc serve: cannot start tritonserver: {exc}", file=sys.stderr)
         server.stop(grace=1)
+        return 1
+    unservable = [e for e in server.seed_events if e.kind == "model_refused"]
+    if unservable and not args.skip_check:
+        for event in server.seed_events:
+            print(f"kyc serve: {event}", file=sys.stderr)
+        print(f"kyc serve: {len(unservable)} model(s) of {repository} cannot be served: not "
+              "starting (fix them, or pass --skip-check to serve the others)", file=sys.stderr)
+        server.stop(grace=5)
         return 1
     from kyc.runtime.server import is_ready
 
@@ -140,8 +153,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         f"  models   "
         + (", ".join(f"{m['name']}:{m.get('version', '?')} {m.get('state', '?')}" for m in models)
            or "none")
-        + f"\n  repository {repository} (poll mode, every {options.poll_secs} s)\n"
-        f"  model-repository API: "
+        + f"\n  repository {repository} " + _repository_mode(server) + "\n"
+        "  model-repository API: "
         + (f"key from ${args.admin_key_env}" if admin_key else "locked (no key set)")
         + (f"\n  production: {options.restricted_apis} APIs need the key" if production else "")
         + f"\n  liveness token key id {server.token_key_id} (the same on every replica)"
@@ -178,6 +191,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     server.stop(grace=args.stop_grace)
     print("kyc serve: stopped", file=sys.stderr, flush=True)
     return 0
+
+
+def _repository_mode(server) -> str:
+    opts = server.options
+    if server.watcher is None:
+        return f"(Triton polls it every {opts.poll_secs} s: copy versions in with kyc repo publish)"
+    refused = [e for e in server.seed_events if e.kind.endswith("refused")]
+    return (f"(watched: a dropped folder is served once unchanged for {opts.quiet_secs:g} s "
+            f"and checked; {len(refused)} refused at start)\n"
+            f"  repository status  http://{opts.client_host}:{server.watcher.status_port}/status"
+            " (kyc repo status)")
 
 
 def _drain(metrics_url: str, repository: Path, seconds: float, hurry: threading.Event) -> None:
@@ -226,6 +250,22 @@ def cmd_repo_publish(args: argparse.Namespace) -> int:
     for problem in result.problems:
         print(f"warning (forced): {problem}", file=sys.stderr)
     print(result.version)
+    return 0
+
+
+DEFAULT_STATUS_PORT = 8003
+
+
+def cmd_repo_status(args: argparse.Namespace) -> int:
+    from kyc.runtime.watcher import format_status, read_status
+
+    try:
+        status = read_status(args.url)
+    except (OSError, ValueError) as exc:
+        print(f"kyc repo status: no kyc serve status at {args.url} ({exc}); is it running "
+              "with --watch (the default)?", file=sys.stderr)
+        return 1
+    print(json.dumps(status, indent=1) if args.json else format_status(status))
     return 0
 
 
@@ -409,7 +449,22 @@ def build_parser() -> argparse.ArgumentParser:
                        help="once told to stop, how long Triton lets in-flight requests "
                             "finish (under --stop-grace; open liveness sessions fail then: "
                             "see --drain-secs)")
-    serve.add_argument("--skip-check", action="store_true", help="start despite repo problems")
+    serve.add_argument("--skip-check", action="store_true",
+                       help="start even if some models cannot be served")
+    serve.add_argument("--watch", action=argparse.BooleanOptionalAction, default=True,
+                       help="take hand-dropped version folders, configs and models once "
+                            "complete and checked (Triton reads a live copy); --no-watch: "
+                            "Triton polls the repository itself")
+    serve.add_argument("--quiet-secs", type=float, default=None,
+                       help="a dropped folder is taken once it has not changed for this long "
+                            "(default: kyc.repo.live.QUIET_S, 2 s)")
+    serve.add_argument("--watch-polling", action="store_true",
+                       help="look for changes by stat instead of inotify (NFS and other "
+                            "network filesystems)")
+    serve.add_argument("--live-dir", type=Path, default=None,
+                       help="where the live copy Triton reads goes (default: the temp folder)")
+    serve.add_argument("--status-port", type=int, default=DEFAULT_STATUS_PORT,
+                       help="the repository watcher's /metrics and /status (kyc repo status)")
     serve.add_argument(
         "--require-token-key", action="store_true",
         help="refuse to start without KYC_TOKEN_KEY or KYC_TOKEN_KEY_FILE (the liveness "
@@ -438,6 +493,12 @@ def build_parser() -> argparse.ArgumentParser:
     pub.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY)
     pub.add_argument("--force", action="store_true", help="publish even if the check fails")
     pub.set_defaults(func=cmd_repo_publish)
+    status = repo.add_parser("status", help="what a running kyc serve serves, waits for, "
+                                            "and refused (and why)")
+    status.add_argument("--url", default=f"127.0.0.1:{DEFAULT_STATUS_PORT}",
+                        help="host:port of kyc serve's --status-port")
+    status.add_argument("--json", action="store_true", help="the raw status")
+    status.set_defaults(func=cmd_repo_status)
     seed = repo.add_parser("seed", help="copy the repository SRC to DEST atomically, unless "
                                         "DEST already holds one (a shared volume's first start)")
     seed.add_argument("src", type=Path)

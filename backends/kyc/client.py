@@ -309,6 +309,7 @@ class AsyncKycClient:
         async def requests() -> AsyncIterator[dict]:
             for k, frame in enumerate(frames):
                 yield {"model_name": LIVENESS_MODEL, "inputs": [frame_input(frame)],
+                       "model_version": start.model_version,  # the session's version
                        "sequence_id": sid, "sequence_start": False,
                        "sequence_end": k == len(frames) - 1}
 

@@ -23,7 +23,7 @@ from tritonclient.utils import InferenceServerException
 from kyc.liveness.token import create_key_file
 from kyc.runtime.procs import children, is_running, stub_instance
 from kyc.runtime.server import SHM_DIR, free_port, is_ready
-from kyc_testing import build_tiny_repository
+from kyc_testing import build_tiny_repository, write_echo_version
 
 pytestmark = pytest.mark.integration
 
@@ -33,12 +33,14 @@ KYC = [sys.executable, "-m", "kyc.cli"]
 class ServeProcess:
     def __init__(self, repository: Path, tmp_path: Path, *extra: str,
                  env: dict[str, str] | None = None) -> None:
-        self.ports = {"http": free_port(), "grpc": free_port(), "metrics": free_port()}
+        self.ports = {"http": free_port(), "grpc": free_port(), "metrics": free_port(),
+                      "status": free_port()}
         self.log = tmp_path / "serve.log"
         self.proc = subprocess.Popen(
             [*KYC, "serve", "--model-repository", str(repository),
              "--http-port", str(self.ports["http"]), "--grpc-port", str(self.ports["grpc"]),
              "--metrics-port", str(self.ports["metrics"]), "--address", "127.0.0.1",
+             "--status-port", str(self.ports["status"]),
              "--log-file", str(self.log), *extra],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, **(env or {})},
@@ -151,11 +153,24 @@ def test_the_server_does_not_outlive_a_killed_kyc_serve(serve):
         "Z" in Path(f"/proc/{server_pid}/stat").read_text().split()[2]
 
 
+@pytest.fixture
+def serve_unwatched(repository, tmp_path):
+    """`kyc serve --no-watch`: Triton polls the repository itself."""
+    process = ServeProcess(repository, tmp_path, "--no-watch")
+    try:
+        process.wait_for_line("ready in")
+        yield process
+    finally:
+        process.close()
+
+
 def test_a_server_wedged_by_a_half_copied_version_does_not_outlive_a_killed_kyc_serve(
-    serve, repository
+    serve_unwatched, repository
 ):
-    """A Python version folder seen without its model.py wedges Triton 2.51's poller, and
-    the wedged server ignores SIGTERM (measured): the launcher's death must kill it."""
+    """A Python version folder seen without its model.py wedges Triton 2.51's poller
+    (with --no-watch it sees one), and the wedged server ignores SIGTERM (measured): the
+    launcher's death must kill it."""
+    serve = serve_unwatched
     server_pid = serve.server_pid()
     stubs = [pid for pid in children(server_pid) if stub_instance(pid) != "?"]
     assert stubs
@@ -177,14 +192,51 @@ def test_a_server_wedged_by_a_half_copied_version_does_not_outlive_a_killed_kyc_
 
 
 
-def test_serve_refuses_to_start_on_a_repository_that_would_wedge_the_server(repository, tmp_path):
+def test_serve_no_watch_refuses_to_start_on_a_repository_that_would_wedge_the_server(
+    repository, tmp_path
+):
     (repository / "echo" / "2").mkdir()  # a version folder without model.py
-    result = subprocess.run([*KYC, "serve", "--model-repository", str(repository),
-                             "--http-port", str(free_port())],
+    result = subprocess.run([*KYC, "serve", "--no-watch", "--model-repository",
+                             str(repository), "--http-port", str(free_port())],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert "echo/2/model.py: missing" in result.stderr
     assert "not starting" in result.stderr
+
+
+def test_serve_starts_on_the_sound_versions_and_says_what_it_refused(repository, tmp_path):
+    """Watched (the default), a half-copied folder present at start is refused, the
+    version before it serves, and `kyc repo status` names the refusal."""
+    (repository / "echo" / "2").mkdir()  # a version folder without model.py
+    process = ServeProcess(repository, tmp_path)
+    try:
+        process.wait_for_line("1 refused at start")
+        status = subprocess.run([*KYC, "repo", "status", "--url",
+                                 f"127.0.0.1:{process.ports['status']}"],
+                                capture_output=True, text=True, timeout=60)
+        assert status.returncode == 0, status.stderr
+        assert "echo: serving 1" in status.stdout
+        assert "REFUSED  echo version 2" in status.stdout and "no model.py" in status.stdout
+        write_echo_version(repository / "echo" / "2", scale=2.0)  # the copy completes
+        deadline = time.monotonic() + 60
+        while "echo: serving 2" not in subprocess.run(
+                [*KYC, "repo", "status", "--url", f"127.0.0.1:{process.ports['status']}"],
+                capture_output=True, text=True, timeout=60).stdout:
+            assert time.monotonic() < deadline, "echo version 2 never served"
+            time.sleep(0.5)
+    finally:
+        process.close()
+    assert process.proc.returncode == 0
+
+
+def test_serve_refuses_to_start_when_a_model_has_no_sound_version(repository, tmp_path):
+    (repository / "echo" / "1" / "model.py").unlink()
+    result = subprocess.run([*KYC, "serve", "--model-repository", str(repository),
+                             "--http-port", str(free_port()), "--status-port", str(free_port())],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert "echo: new model refused: no version folder passes the check" in result.stderr
+    assert "cannot be served: not starting" in result.stderr
 
 
 # -- production mode -------------------------------------------------------------------

@@ -5,6 +5,11 @@ first request carries ``sequence_start=True`` (its FRAME may be empty: its STATU
 gives the challenge to show the person), the last ``sequence_end=True`` (its
 response carries IS_LIVE, LIVENESS_SCORE and LIVENESS_TOKEN). Over one gRPC
 stream the responses come back in order.
+
+A session stays on the model version that answered its START: every later frame
+names that version. When a new ``liveness_sequence`` version is dropped into the
+repository, ``kyc serve`` keeps the old one loaded until its sessions are over
+(``kyc.repo.live``), and new sessions start on the new one.
 """
 
 from __future__ import annotations
@@ -28,13 +33,15 @@ class LivenessReply:
     is_live: bool
     score: float
     token: bytes
+    model_version: str = ""  # the version that answered (a session stays on it)
 
     @classmethod
     def from_result(cls, result: Any) -> LivenessReply:
         return cls(json.loads(result.as_numpy("STATUS")[0, 0]),
                    bool(result.as_numpy("IS_LIVE")[0, 0]),
                    float(result.as_numpy("LIVENESS_SCORE")[0, 0]),
-                   bytes(result.as_numpy("LIVENESS_TOKEN")[0, 0]))
+                   bytes(result.as_numpy("LIVENESS_TOKEN")[0, 0]),
+                   result.get_response().model_version)
 
 
 def frame_input(frame: bytes) -> Any:
@@ -57,9 +64,11 @@ class LivenessStream:
             (result, error)))
 
     def send(self, sequence_id: int | str, frame: bytes, start: bool = False,
-             end: bool = False) -> None:
-        self.client.async_stream_infer(MODEL, [frame_input(frame)], sequence_id=sequence_id,
-                                       sequence_start=start, sequence_end=end)
+             end: bool = False, model_version: str = "") -> None:
+        """One frame; ``model_version``: the one that answered START (empty: the newest)."""
+        self.client.async_stream_infer(MODEL, [frame_input(frame)], model_version=model_version,
+                                       sequence_id=sequence_id, sequence_start=start,
+                                       sequence_end=end)
 
     def receive(self) -> LivenessReply | Exception:
         """The next reply (in the order sent), or the error the server answered."""
@@ -93,7 +102,8 @@ def run_session(url: str, make_frames: Callable[[dict], Sequence[bytes]],
             return [started]
         frames = make_frames(started.status["challenge"])
         for k, frame in enumerate(frames):
-            stream.send(sid, frame, end=k == len(frames) - 1)
+            stream.send(sid, frame, end=k == len(frames) - 1,
+                        model_version=started.model_version)
         replies: list[LivenessReply | Exception] = [started]
         for k in range(len(frames)):
             reply = stream.receive()

@@ -55,18 +55,24 @@ def version_dirs(model_dir: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name))
 
 
-def served_versions(config: ModelConfig, versions: Sequence[Path]) -> list[Path]:
-    """The numeric version folders Triton loads under the config's ``version_policy``."""
-    ordered = sorted(versions, key=lambda p: int(p.name))
+def served_numbers(config: ModelConfig, versions: Iterable[int]) -> list[int]:
+    """The version numbers the config's ``version_policy`` serves among ``versions``."""
+    ordered = sorted(versions)
     policy = config.version_policy
     choice = policy.WhichOneof("policy_choice")
     if choice == "all":
         return ordered
     if choice == "specific":
         wanted = set(policy.specific.versions)
-        return [v for v in ordered if int(v.name) in wanted]
+        return [v for v in ordered if v in wanted]
     latest = policy.latest.num_versions if choice == "latest" else 1
     return ordered[-max(latest, 1) :] if ordered else []
+
+
+def served_versions(config: ModelConfig, versions: Sequence[Path]) -> list[Path]:
+    """The numeric version folders Triton loads under the config's ``version_policy``."""
+    by_number = {int(v.name): v for v in versions}
+    return [by_number[n] for n in served_numbers(config, by_number)]
 
 
 def _rel(path: Path, root: Path) -> str:

@@ -70,7 +70,7 @@ def _copy_source(src: Path, staging: Path) -> None:
         shutil.copy2(src, staging / src.name)
 
 
-def _fsync(path: Path) -> None:
+def fsync_path(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0))
     try:
         os.fsync(fd)
@@ -78,9 +78,9 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def _fsync_tree(root: Path) -> None:
+def fsync_tree(root: Path) -> None:
     for path in [*root.rglob("*"), root]:
-        _fsync(path)
+        fsync_path(path)
 
 
 def precompile_python_models(root: Path) -> None:
@@ -130,10 +130,10 @@ def publish(repository: Path, model: str, src: Path, *, force: bool = False) -> 
                     f"{model} version {version} refused: {len(problems)} problem(s)", problems
                 )
             precompile_python_models(staging)
-            _fsync_tree(staging)
+            fsync_tree(staging)
             target = model_dir / str(version)
             os.rename(staging, target)
-            _fsync(model_dir)
+            fsync_path(model_dir)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise

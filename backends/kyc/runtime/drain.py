@@ -71,6 +71,25 @@ def parse_server_load(text: str) -> ServerLoad | None:
     return ServerLoad(live, requests, pending, answered) if seen else None
 
 
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def sessions_by_version(text: str) -> dict[tuple[str, int], float]:
+    """Open liveness sessions per ``(model, version)`` from a Prometheus exposition
+    (how ``kyc.repo.live`` knows when an older version has no session left)."""
+    found: dict[tuple[str, int], float] = {}
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if not match or match.group(1) != LIVE:
+            continue
+        labels = dict(_LABEL.findall(match.group(2) or ""))
+        version = labels.get("version", "")
+        if version.isdigit():
+            key = (labels.get("model", MODEL), int(version))
+            found[key] = found.get(key, 0.0) + float(match.group(3))
+    return found
+
+
 def read_server_load(metrics_url: str, timeout: float = 2.0) -> ServerLoad | None:
     try:
         with urllib.request.urlopen(metrics_url, timeout=timeout) as reply:

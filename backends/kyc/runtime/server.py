@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from kyc.repo.live import QUIET_S, Event, LiveRepository
 from kyc.repo.publish import precompile_python_models
 from kyc.runtime.procs import stubs_per_model
 from kyc.runtime.triton import TritonInstall, assemble_backends, system_install
@@ -119,6 +120,18 @@ class ServerOptions:
     # Production (`kyc serve --production`, the image): besides the model-repository
     # API, the shared-memory, trace and logging APIs need the admin key too.
     production: bool = False
+    # Poll mode: Triton reads a live copy that only kyc.repo.live writes, from
+    # complete, checked folders of model_repository (hand-dropped versions are safe);
+    # False: Triton polls model_repository itself (`kyc serve --no-watch`).
+    watch: bool = True
+    quiet_secs: float = QUIET_S  # a dropped folder is taken once unchanged this long
+    watch_polling: bool = False  # stat the files instead of inotify (network filesystems)
+    live_dir: Path | None = None  # where the live copy goes (default: the temp folder)
+    status_port: int = 0  # the watcher's /metrics and /status (0: a free port)
+
+    @property
+    def watching(self) -> bool:
+        return self.watch and self.model_control == "poll"
 
     @property
     def restricted_apis(self) -> str:
@@ -259,6 +272,16 @@ class TritonServer:
         self.install: TritonInstall | None = None
         self._backend_tmp: Path | None = None
         self._log_handle: IO[bytes] | None = None
+        # Watch mode: the live copy Triton reads, and what keeps it in line.
+        self.live: LiveRepository | None = None
+        self.seed_events: list[Event] = []
+        self.watcher = None
+        self._live_tmp: Path | None = None
+
+    @property
+    def served_repository(self) -> Path:
+        """The folder Triton reads: the live copy in watch mode, else the repository."""
+        return self.live.live if self.live is not None else self.options.model_repository
 
     # -- life cycle -------------------------------------------------------
     def command(self) -> list[str]:
@@ -268,7 +291,7 @@ class TritonServer:
         key = self.admin_key
         cmd = [
             str(self.install.server),
-            f"--model-repository={opts.model_repository}",
+            f"--model-repository={self.served_repository}",
             *([f"--model-control-mode={opts.model_control}", "--load-model=*"]
               if opts.model_control == "explicit" else
               ["--model-control-mode=poll", f"--repository-poll-secs={opts.poll_secs}"]),
@@ -280,7 +303,14 @@ class TritonServer:
             f"--metrics-address={opts.address}",
             f"--metrics-port={opts.metrics_port}",
             "--metrics-config=summary_latencies=true",
-            "--strict-readiness=true",
+            # Not strict: Triton 2.51 keeps the record of a version that failed to load
+            # (UNAVAILABLE with its error) for good, and strict readiness then reports the
+            # whole server not ready for good, while the previous version serves on
+            # (measured: tests/integration/test_hand_drops.py), so one refused drop would
+            # take every replica out of its Service. Ready still means the start-up load
+            # is done (every model loaded: --exit-on-error) and no stop has begun; which
+            # versions serve and which were refused is `kyc repo status`.
+            "--strict-readiness=false",
             f"--exit-on-error={'true' if opts.exit_on_error else 'false'}",
             f"--exit-timeout-secs={opts.exit_timeout_secs}",
             f"--log-verbose={opts.log_verbose}",
@@ -312,7 +342,10 @@ class TritonServer:
         if self.log_file is not None:
             self._log_handle = open(self.log_file, "ab")  # noqa: SIM115 (closed in stop)
             stdout = self._log_handle
-        precompile_python_models(self.options.model_repository)
+        if self.options.watching:
+            self._seed_live_repository()
+        else:
+            precompile_python_models(self.options.model_repository)
         env = token_key_environment(self.install.environment(), self.options)
         self.token_key_environment = {k: v for k, v in env.items() if k.startswith("KYC_TOKEN")}
         from kyc.liveness.token import key_id, load_key
@@ -329,6 +362,33 @@ class TritonServer:
             preexec_fn=_stop_with_parent,
         )
         log.info("tritonserver pid %d started (%s)", self.process.pid, self.install.origin)
+        if self.live is not None:
+            self._start_watcher()
+
+    def _seed_live_repository(self) -> None:
+        """Copy the sound part of the repository into a fresh live folder."""
+        opts = self.options
+        if opts.live_dir is not None:
+            opts.live_dir.mkdir(parents=True, exist_ok=True)
+        self._live_tmp = Path(tempfile.mkdtemp(prefix="kyc-live-", dir=opts.live_dir))
+        self.live = LiveRepository(opts.model_repository.resolve(), self._live_tmp / "models",
+                                   self._live_tmp / "staging", quiet_s=opts.quiet_secs)
+        self.seed_events = self.live.sync()
+
+    def _start_watcher(self) -> None:
+        from kyc.runtime.watcher import RepositoryWatcher
+
+        assert self.live is not None
+        opts = self.options
+        self.watcher = RepositoryWatcher(self.live, index=self.index,
+                                         metrics_url=opts.metrics_url, poll_s=opts.poll_secs,
+                                         polling_observer=opts.watch_polling)
+        try:
+            self.watcher.serve_status(opts.address, opts.status_port)
+        except OSError as exc:
+            raise ServerError(f"the repository status port {opts.status_port}: {exc} "
+                              "(--status-port)") from None
+        self.watcher.start(self.seed_events)
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         """Block until every model is ready, or raise :class:`ServerError`."""
@@ -358,6 +418,9 @@ class TritonServer:
         directory. Returns the server's exit code.
         """
         code = None
+        if self.watcher is not None:
+            self.watcher.stop()
+            self.watcher = None
         if self.process is not None:
             if self.process.poll() is None:
                 self.process.send_signal(signal.SIGTERM)
@@ -376,6 +439,9 @@ class TritonServer:
         if self._backend_tmp is not None:
             shutil.rmtree(self._backend_tmp, ignore_errors=True)
             self._backend_tmp = None
+        if self._live_tmp is not None:
+            shutil.rmtree(self._live_tmp, ignore_errors=True)
+            self._live_tmp = None
         if self._log_handle is not None:
             self._log_handle.close()
             self._log_handle = None

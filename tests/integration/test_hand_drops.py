@@ -1,0 +1,300 @@
+"""Shipping a model is dropping a numbered folder (issue 22), on a real `kyc serve`-style
+server with its defaults (watch mode, 2 s quiet period, 2 s poll) while clients call
+face_embedding and kyc_ensemble and liveness sessions of a person turning as asked run
+one after another throughout: a slow copy, an rsync-style copy, every kind of broken
+drop, a fix in place, a config edit, a new model, a rollback by deletion and a new
+liveness_sequence with a session open. No request fails, every answer names the version
+that gave it, and the server stays healthy."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from PIL import Image
+from test_hot_update import one
+from test_poll_publish import Load, load_inputs, states
+
+from kyc.bench import process_memory
+from kyc.document.synthetic import Degradation, random_identity, render_document
+from kyc.liveness.client import LivenessReply
+from kyc.liveness.synthetic import turn_sequence
+from kyc.runtime.server import is_ready
+from kyc_export.fetch import fetch_test_photos
+from kyc_testing import (
+    ECHO_CONFIG,
+    SHIPPED_REPOSITORY,
+    copy_tree,
+    liveness_step,
+    require_weights,
+    start_server,
+    tiny_onnx,
+    write_echo_version,
+)
+
+pytestmark = pytest.mark.integration
+
+CHUNK = 1 << 20
+
+
+class SessionLoop(threading.Thread):
+    """Liveness sessions one after another, frames paced like a camera's, each frame
+    naming the version its START was answered by (as the SDK does)."""
+
+    def __init__(self, url: str, image: np.ndarray, box, pace_s: float = 0.15) -> None:
+        super().__init__(daemon=True)
+        self.url, self.image, self.box, self.pace_s = url, image, box, pace_s
+        self.stop = threading.Event()
+        self.started: Counter[str] = Counter()
+        self.live: Counter[str] = Counter()
+        self.failures: list[str] = []
+        self.open_version = ""  # the version of the session open now ("" between)
+
+    def run(self) -> None:
+        client = grpcclient.InferenceServerClient(self.url)
+        n = 0
+        try:
+            while not self.stop.is_set():
+                n += 1
+                self._session(client, f"drops-{n}")
+        finally:
+            client.close()
+
+    def _session(self, client, sid: str) -> None:
+        start = liveness_step(client, sid, b"", start=True)
+        if isinstance(start, Exception):
+            self.failures.append(f"START: {start}")
+            return
+        version = start.model_version
+        self.started[version] += 1
+        self.open_version = version
+        frames = turn_sequence(self.image, self.box, start.status["challenge"]["moves"])
+        reply = start
+        for k, frame in enumerate(frames):
+            time.sleep(self.pace_s)
+            reply = liveness_step(client, sid, frame, end=k == len(frames) - 1,
+                                  model_version=version)
+            if isinstance(reply, Exception):
+                self.failures.append(f"frame {k} on version {version}: {reply}")
+                break
+        self.open_version = ""
+        if isinstance(reply, LivenessReply):
+            if reply.is_live:
+                self.live[version] += 1
+            else:
+                self.failures.append(f"not live on {version}: {reply.status.get('reasons')}")
+
+    def wait_for(self, condition, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition(self):
+            assert time.monotonic() < deadline, f"timed out waiting for {what}: {self.started}"
+            time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def drops(tmp_path_factory):
+    require_weights()
+    root = tmp_path_factory.mktemp("drops")
+    repo = copy_tree(SHIPPED_REPOSITORY, root / "repo")
+    server = start_server(repo, root / "server.log")  # the defaults of kyc serve
+    yield repo, server
+    server.stop()
+
+
+def slow_copy(src: Path, dest: Path, seconds: float) -> None:
+    """Write ``dest`` from ``src`` in chunks over about ``seconds`` (a slow network copy)."""
+    data = src.read_bytes()
+    chunks = max(1, len(data) // CHUNK)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(dest, "wb") as out:
+        for k in range(0, len(data), CHUNK):
+            out.write(data[k:k + CHUNK])
+            out.flush()
+            time.sleep(seconds / chunks)
+
+
+def rsync_like_copy(src: Path, dest: Path, seconds: float) -> None:
+    """What rsync does: the file is written as ``.<name>.<6 random characters>`` in the
+    destination folder, then renamed to its name, with the source's mtime."""
+    temp = dest.parent / f".{dest.name}.Xy12Ab"
+    slow_copy(src, temp, seconds)
+    shutil.copystat(src, temp)
+    temp.rename(dest)
+
+
+def refusals(server, model: str) -> list[dict]:
+    return server.watcher.status()["models"].get(model, {}).get("refused", [])
+
+
+def wait_refused(server, model: str, version: int, timeout: float = 60) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = [r for r in refusals(server, model) if r["version"] == version]
+        if found:
+            return found[0]
+        assert time.monotonic() < deadline, server.watcher.status()["models"][model]
+        time.sleep(0.2)
+
+
+def wait_until(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_hand_dropped_folders_are_served_refused_or_rolled_back_without_a_failed_request(
+    drops, tmp_path
+):
+    repo, server = drops
+    url = server.options.grpc_url
+    photos = fetch_test_photos()
+    image = np.asarray(Image.open(photos["person_a_2"]).convert("RGB"))
+    rng = np.random.default_rng(22)
+    portrait = np.asarray(Image.open(photos["person_a_1"]).convert("RGB"))
+    document = render_document(random_identity(rng), "td3", portrait, Degradation(), rng)
+    client = grpcclient.InferenceServerClient(url)
+    box = client.infer("face_preprocess", [one("IMAGE", photos["person_a_2"].read_bytes())]) \
+        .as_numpy("BOX")[0]
+    face, _ = load_inputs()
+    embedding = Load(url, "face_embedding", [face], "EMBEDDING")
+    kyc = Load(url, "kyc_ensemble", [one("DOCUMENT_IMAGE", document.jpeg_bytes()),
+                                     one("SELFIE_IMAGE", photos["person_a_2"].read_bytes()),
+                                     one("LIVENESS_TOKEN", b"")], "REPORT")
+    sessions = SessionLoop(url, image, box)
+    onnx = repo / "face_embedding" / "1" / "model.onnx"
+    served_after: dict[str, float] = {}
+    memory: dict[str, dict] = {}
+    for load in (embedding, kyc, sessions):
+        load.start()
+    try:
+        embedding.wait_for(lambda ld: sum(ld.versions.values()) >= 5, 120, "first answers")
+        kyc.wait_for(lambda ld: sum(ld.versions.values()) >= 1, 120, "first customer")
+
+        # 1. a slow copy of a large ONNX, written over about 4 s
+        slow_copy(onnx, repo / "face_embedding" / "2" / "model.onnx", 4.0)
+        ended = time.monotonic()
+        embedding.wait_for(lambda ld: ld.last_version == "2", 60, "version 2 (slow copy)")
+        served_after["slow copy"] = time.monotonic() - ended
+
+        # 2. an rsync-style copy (temporary name, then renamed)
+        (repo / "face_embedding" / "3").mkdir()
+        rsync_like_copy(onnx, repo / "face_embedding" / "3" / "model.onnx", 3.0)
+        ended = time.monotonic()
+        embedding.wait_for(lambda ld: ld.last_version == "3", 60, "version 3 (rsync-style)")
+        served_after["rsync-style copy"] = time.monotonic() - ended
+
+        # 3. broken drops: each refused with its reason, the previous version serving
+        truncated = repo / "face_embedding" / "4" / "model.onnx"
+        truncated.parent.mkdir()
+        truncated.write_bytes(onnx.read_bytes()[:200_000])
+        assert "not a valid ONNX model" in wait_refused(server, "face_embedding", 4)["reason"]
+        tiny_onnx(repo / "face_embedding" / "5" / "model.onnx")  # tensors X, Y
+        assert "FACE" in wait_refused(server, "face_embedding", 5)["reason"]
+        (repo / "face_preprocess" / "2").mkdir()
+        (repo / "face_preprocess" / "2" / "model.py").write_text(
+            "import kyc_no_such_module  # fails at import\n")
+        (repo / "face_preprocess" / "3").mkdir()
+        (repo / "face_preprocess" / "3" / "model.py").write_text(
+            "class TritonPythonModel:\n    def initialize(self, args):\n"
+            "        raise RuntimeError('fails in initialize')\n")
+        (repo / "face_preprocess" / "4").mkdir()  # a Python folder whose model.py never came
+        (repo / "face_preprocess" / "4" / "README.txt").write_text("copy in progress\n")
+        assert "kyc_no_such_module" in wait_refused(server, "face_preprocess", 2)["reason"]
+        assert "fails in initialize" in wait_refused(server, "face_preprocess", 3)["reason"]
+        assert "no model.py" in wait_refused(server, "face_preprocess", 4)["reason"]
+        assert embedding.last_version == "3"
+        assert {v for v, s in states(server, "face_preprocess").items() if s == "READY"} == {"1"}
+
+        # 4. the truncated one fixed in place: taken without a restart
+        shutil.copyfile(onnx, truncated)
+        ended = time.monotonic()
+        embedding.wait_for(lambda ld: ld.last_version == "4", 60, "version 4 (fixed in place)")
+        served_after["fixed in place"] = time.monotonic() - ended
+
+        # 5. a config edit (queue delay of the dynamic batcher)
+        config = repo / "face_embedding" / "config.pbtxt"
+        text = config.read_text()
+        assert "max_queue_delay_microseconds: 2000" in text
+        config.write_text(text.replace("max_queue_delay_microseconds: 2000",
+                                       "max_queue_delay_microseconds: 2500"))
+        wait_until(lambda: client.get_model_config("face_embedding", as_json=True)["config"]
+                   ["dynamic_batching"].get("max_queue_delay_microseconds") == "2500",
+                   60, "the edited config")
+
+        # 6. a whole new model
+        (repo / "echo").mkdir()
+        write_echo_version(repo / "echo" / "1", scale=2.0)
+        (repo / "echo" / "config.pbtxt").write_text(ECHO_CONFIG)
+        wait_until(lambda: states(server, "echo").get("1") == "READY", 60, "the new model")
+        values = grpcclient.InferInput("IN", [1, 2], "FP32")
+        values.set_data_from_numpy(np.array([[1.0, 2.0]], np.float32))
+        assert client.infer("echo", [values]).as_numpy("OUT").tolist() == [[2.0, 4.0]]
+
+        # 7. rollback by deletion
+        shutil.rmtree(repo / "face_embedding" / "4")
+        deleted = time.monotonic()
+        answered = embedding.versions["3"]
+        embedding.wait_for(lambda ld: ld.last_version == "3" and ld.versions["3"] > answered,
+                           60, "version 3 again")
+        served_after["rollback by deletion"] = time.monotonic() - deleted
+
+        # 8. a new liveness_sequence while a session is open on the old one
+        sessions.wait_for(lambda s: s.open_version == "1", 60, "a session open on version 1")
+        live_on_1 = sessions.live["1"]
+        memory["one liveness_sequence"] = process_memory(server.process.pid)
+        shutil.copytree(repo / "liveness_sequence" / "1", repo / "liveness_sequence" / "2")
+        sessions.wait_for(lambda s: s.started["2"] >= 1, 90, "a session on version 2")
+        if states(server, "liveness_sequence").get("1") == "READY":
+            memory["two liveness_sequence"] = process_memory(server.process.pid)
+        sessions.wait_for(lambda s: s.live["1"] > live_on_1, 90, "the open session to end")
+        wait_until(lambda: states(server, "liveness_sequence").get("1") == "UNAVAILABLE", 90,
+                   "version 1 unloaded after its sessions")
+        sessions.wait_for(lambda s: s.live["2"] >= 1, 90, "a session live on version 2")
+    finally:
+        for load in (embedding, kyc, sessions):
+            load.stop.set()
+        for load in (embedding, kyc, sessions):
+            load.join(timeout=120)
+        client.close()
+
+    status = server.watcher.status()
+    metrics = urllib.request.urlopen(
+        f"http://127.0.0.1:{server.watcher.status_port}/metrics", timeout=5).read().decode()
+    printed = subprocess.run([sys.executable, "-m", "kyc.cli", "repo", "status", "--url",
+                              f"127.0.0.1:{server.watcher.status_port}"],
+                             capture_output=True, text=True, timeout=60)
+    print("\nserved after the copy ended: "
+          + ", ".join(f"{k} {v:.1f} s" for k, v in served_after.items())
+          + f"\nanswers: face_embedding {dict(embedding.versions)}, kyc_ensemble "
+          f"{dict(kyc.versions)}, liveness sessions started {dict(sessions.started)} "
+          f"live {dict(sessions.live)}"
+          + "".join(f"\n{k}: server and stubs PSS {m['total_pss_mib']} MiB, {m['stub_processes']}"
+                    " stubs, liveness_sequence stubs RSS " + str(round(sum(
+                        s["rss_mib"] for s in m["stubs"]
+                        if s["instance"].startswith("liveness_sequence")))) + " MiB"
+                    for k, m in memory.items())
+          + f"\n{printed.stdout}")
+    assert embedding.failures == [] and kyc.failures == [] and sessions.failures == []
+    assert {"1", "2", "3", "4"} <= set(embedding.versions) and "5" not in embedding.versions
+    assert sessions.live["1"] >= 1 and sessions.live["2"] >= 1
+    assert json.loads(kyc.last_output[0, 0])["decision"] in ("review", "reject", "approve")
+    assert is_ready(server.options.http_url) and server.poll() is None
+    # refusals: logged (the status holds the same lines), counted, printed
+    assert 'kyc_repository_refusals_total{model="face_embedding",stage="check"} 2.0' in metrics
+    assert 'kyc_repository_refusals_total{model="face_preprocess",stage="load"} 2.0' in metrics
+    assert 'kyc_repository_versions_loaded_total{model="liveness_sequence"} 1.0' in metrics
+    assert printed.returncode == 0, printed.stderr
+    assert "REFUSED  face_embedding version 5" in printed.stdout
+    assert "REFUSED  face_preprocess version 4" in printed.stdout
+    assert [r["version"] for r in status["models"]["face_embedding"]["refused"]] == [5]
