@@ -51,7 +51,9 @@ ENV PATH=/opt/kyc/bin:${PATH} \
 ENV KYC_PRODUCTION=1
 # uid 1000 is the image's unprivileged triton-server user.
 USER 1000:1000
-EXPOSE 8000 8001 8002
+# 8003: the repository watcher's /metrics and /status (`kyc repo status`). Versions
+# dropped into /models (a mounted volume) are served once complete and checked.
+EXPOSE 8000 8001 8002 8003
 # kyc health asks the server this container started (its HTTP port, whatever the options).
 HEALTHCHECK --interval=15s --timeout=5s --start-period=180s --retries=3 \
     CMD ["kyc", "health"]

@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from test_kyc_ensemble import document, token_of, verify
+from test_poll_publish import load_inputs
 
 from kyc.cli import main
 from kyc.document.synthetic import random_identity
@@ -82,13 +83,15 @@ def running(*docker_options: str) -> Iterator[SimpleNamespace]:
     options = ServerOptions(Path("/models"), http_port=free_port(), grpc_port=free_port(),
                             metrics_port=free_port(), address="127.0.0.1")
     admin_key = secrets.token_urlsafe(24)
+    status_port = free_port()
     name = f"kyc-test-{uuid.uuid4().hex[:8]}"
     started = time.monotonic()
     docker("run", "-d", "--name", name, "--network", "host", "--shm-size=1g",
            "-e", f"KYC_ADMIN_KEY={admin_key}", "-e", f"KYC_TOKEN_KEY={token_key()}",
            *docker_options,
            IMAGE, "--http-port", str(options.http_port), "--grpc-port", str(options.grpc_port),
-           "--metrics-port", str(options.metrics_port), "--address", options.address)
+           "--metrics-port", str(options.metrics_port), "--address", options.address,
+           "--status-port", str(status_port))
     try:
         deadline = started + 180
         while not is_ready(options.http_url, timeout=1):
@@ -102,7 +105,7 @@ def running(*docker_options: str) -> Iterator[SimpleNamespace]:
               f"{time.monotonic() - started:.1f} s after docker run")
         grpc = grpcclient.InferenceServerClient(options.grpc_url)
         yield SimpleNamespace(name=name, options=options, admin_key=admin_key, client=grpc,
-                              sent={"text": [], "images": []})
+                              status_port=status_port, sent={"text": [], "images": []})
         grpc.close()
     finally:
         docker("rm", "-f", name, check=False)
@@ -225,6 +228,27 @@ def test_the_images_healthcheck_reports_healthy(container):
     assert health["Log"][-1]["ExitCode"] == 0
 
 
+def test_a_version_dropped_into_models_is_served_and_a_broken_one_refused(container):
+    """The literal workflow inside the image: copy a version folder into /models by hand
+    (here as root inside the container; a mounted volume in production)."""
+    def status() -> str:
+        return docker("exec", container.name, "kyc", "repo", "status", "--url",
+                      f"127.0.0.1:{container.status_port}").stdout
+
+    docker("exec", "-u", "0", container.name, "sh", "-c",
+           "mkdir /models/face_preprocess/5 && echo copying > /models/face_preprocess/5/notes.txt"
+           " && cp -r /models/face_embedding/1 /models/face_embedding/2")
+    deadline = time.monotonic() + 90
+    while "face_embedding: serving 2" not in status():
+        assert time.monotonic() < deadline, status()
+        time.sleep(1)
+    printed = status()
+    assert "REFUSED  face_preprocess version 5" in printed and "no model.py" in printed
+    face = container.client.infer("face_embedding", [load_inputs()[0]])
+    assert face.get_response().model_version == "2"
+    assert is_ready(container.options.http_url)
+
+
 def test_docker_stop_answers_the_request_in_flight_and_exits_0_within_the_grace(
     container, photos
 ):
@@ -245,7 +269,8 @@ def test_docker_stop_answers_the_request_in_flight_and_exits_0_within_the_grace(
 
     state = json.loads(docker("inspect", "--format", "{{json .State}}", container.name).stdout)
     assert state["ExitCode"] == 0, state  # 137 would mean killed after the grace period
-    assert answer.get("report", {}).get("decision") == "review", answer
+    assert answer.get("report", {}).get("decision") == "review", (
+        answer, answer.get("error") and answer["error"].message())
     assert "kyc serve: stopped" in docker("logs", container.name).stderr
 
 
@@ -282,3 +307,4 @@ def test_without_kyc_admin_key_the_image_exits_at_once_naming_it():
     assert result.returncode != 0
     assert "KYC_ADMIN_KEY" in result.stderr
     assert "READY" not in result.stdout + result.stderr
+

@@ -120,7 +120,7 @@ def test_image_runs_as_a_non_root_user():
     assert user.split(":")[0] not in ("0", "root")
 
 
-@pytest.mark.parametrize("port", ["8000", "8001", "8002"])
+@pytest.mark.parametrize("port", ["8000", "8001", "8002", "8003"])
 def test_image_exposes_the_contract_ports(port):
     (expose,) = instructions("EXPOSE")
     assert port in shlex.split(expose)
