@@ -1,6 +1,9 @@
 """The Kubernetes repository strategy on one machine: a repository seeded once onto a
 "shared volume" (`kyc repo seed`, as the init containers do), two replicas polling
-it, and ONE `kyc repo publish` reaching both while they serve, with no failed request."""
+it as deploy/ runs them (watch mode with --watch-polling: NFS raises no inotify event
+for another machine's writes), and ONE `kyc repo publish`, then one hand copy written
+slowly onto the volume, then a broken one, reaching both while they serve, with no
+failed request."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from test_hand_drops import rsync_like_copy, wait_refused
 from test_poll_publish import Load, kyc_publish, load_inputs
 
 from kyc_testing import (
@@ -38,8 +42,8 @@ def test_one_publish_reaches_every_replica_of_the_shared_volume_without_a_failed
     volume = tmp_path / "volume" / "models"
     assert seed(image_repository, volume).startswith("seeded")
     assert "left as it is" in seed(image_repository, volume)  # the second pod's init
-    replicas = [start_server(volume, tmp_path / f"replica-{n}.log", poll_secs=1)
-                for n in range(2)]
+    replicas = [start_server(volume, tmp_path / f"replica-{n}.log", poll_secs=1,
+                             watch_polling=True) for n in range(2)]
     face, values = load_inputs()
     loads = [Load(r.options.grpc_url, model, [tensor], output) for r in replicas
              for model, tensor, output in (("face_embedding", face, "EMBEDDING"),
@@ -59,6 +63,17 @@ def test_one_publish_reaches_every_replica_of_the_shared_volume_without_a_failed
         for load in loads[1::2]:
             load.wait_for(lambda ld: ld.last_output is not None
                           and ld.last_output.tolist() == [[3.0, 6.0]], 30, "echo v2 answers")
+        # a hand copy written slowly onto the volume: each replica waits for the end
+        onnx = volume / "face_embedding" / "1" / "model.onnx"
+        (volume / "face_embedding" / "3").mkdir()
+        rsync_like_copy(onnx, volume / "face_embedding" / "3" / "model.onnx", 3.0)
+        for load in loads[0::2]:
+            load.wait_for(lambda ld: ld.last_version == "3", 90, "a hand copy on every replica")
+        # a broken one: refused by every replica, version 3 serving on
+        (volume / "face_embedding" / "4").mkdir()
+        (volume / "face_embedding" / "4" / "model.onnx").write_bytes(onnx.read_bytes()[:1000])
+        for replica in replicas:
+            assert "not a valid ONNX" in wait_refused(replica, "face_embedding", 4)["reason"]
     finally:
         for load in loads:
             load.stop.set()
@@ -69,3 +84,4 @@ def test_one_publish_reaches_every_replica_of_the_shared_volume_without_a_failed
     print({f"replica-{i // 2} {load.model}": dict(load.versions) for i, load in enumerate(loads)})
     assert [load.failures for load in loads] == [[], [], [], []]
     assert all(load.versions["1"] > 0 and load.versions["2"] > 0 for load in loads)
+    assert all(load.versions["3"] > 0 and "4" not in load.versions for load in loads[0::2])

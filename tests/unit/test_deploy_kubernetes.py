@@ -126,12 +126,13 @@ def test_ports_and_image_agree_with_the_public_contract():
     contract = CONTRACT.read_text()
     assert "HTTP 8000, gRPC 8001, metrics 8002" in contract
     assert "docker build -t kyc-triton ." in contract
+    # the contract's three ports, and kyc serve's repository status port beside them
+    ports = {"http": 8000, "grpc": 8001, "metrics": 8002,
+             "repo-status": build_parser().parse_args(["serve"]).status_port}
     triton = container(server(rendered(OVERLAYS[0])))
-    assert {p["name"]: p["containerPort"] for p in triton["ports"]} == {
-        "http": 8000, "grpc": 8001, "metrics": 8002}
+    assert {p["name"]: p["containerPort"] for p in triton["ports"]} == ports
     service = one(rendered(OVERLAYS[0]), "Service", "kyc-triton")
-    assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == {
-        "http": 8000, "grpc": 8001, "metrics": 8002}
+    assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == ports
     base = yaml.safe_load((DEPLOY / "kubernetes/base/kustomization.yaml").read_text())
     assert [i["name"] for i in base["images"]] == ["kyc-triton"]
 
@@ -269,6 +270,32 @@ def test_kserve_mounts_the_same_volume_and_serves_it_with_the_same_image_entrypo
     command = job["spec"]["template"]["spec"]["containers"][0]["command"]
     seed = build_parser().parse_args(command[1:])
     assert seed.dest.name == "models"  # pvc://kyc-models/models
+
+
+@pytest.mark.parametrize("target", (*OVERLAYS, KSERVE))
+def test_servers_watch_the_shared_volume_by_polling_into_a_live_copy_under_tmp(target):
+    """The volume is NFS-like (another machine's writes raise no inotify event); the
+    live copy Triton reads goes to the writable /tmp emptyDir, sized for it; the
+    watcher's status port is a named container port that Prometheus scrapes."""
+    resources = rendered(target)
+    if target == KSERVE:
+        runtime = one(resources, "ServingRuntime")["spec"]
+        triton, volumes = runtime["containers"][0], runtime["volumes"]
+    else:
+        deployment = server(resources)
+        triton, volumes = container(deployment), deployment["spec"]["template"]["spec"]["volumes"]
+    options = serve_options(triton["args"])
+    assert options.watch and options.watch_polling
+    tmp = next(m for m in triton["volumeMounts"] if m["name"] == "tmp")
+    assert options.live_dir.is_relative_to(tmp["mountPath"])
+    size = next(v for v in volumes if v["name"] == "tmp")["emptyDir"]["sizeLimit"]
+    assert size.endswith("Gi") and int(size[:-2]) >= 2  # repository copy + TensorRT cache
+    ports = {p["name"]: p["containerPort"] for p in triton["ports"]}
+    assert ports["repo-status"] == options.status_port
+    jobs = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())["scrape_configs"]
+    scraped = {r["regex"] for job in jobs for r in job["relabel_configs"]
+               if r.get("source_labels") == ["__meta_kubernetes_pod_container_port_name"]}
+    assert {"metrics", "repo-status"} <= scraped and {"metrics", "repo-status"} <= ports.keys()
 
 
 # -- selection and scaling ------------------------------------------------------------

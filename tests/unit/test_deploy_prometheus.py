@@ -84,14 +84,17 @@ def test_the_scrape_config_passes_promtool_with_static_targets_in_place_of_kuber
     config with that one block swapped for a static target; the rest (relabelling,
     rule files) is checked as shipped."""
     config = yaml.safe_load((PROM / "prometheus.yml").read_text())
-    (job,) = config["scrape_configs"]
-    assert job["job_name"] == prometheus.JOB
-    assert job.pop("kubernetes_sd_configs") == [{"role": "pod"}]
-    job["static_configs"] = [{"targets": ["127.0.0.1:8002"]}]
-    relabelled = {r.get("target_label") for r in job["relabel_configs"]}
-    assert {"namespace", "pod"} <= relabelled  # what every rule and the adapter group by
-    kept = [r for r in job["relabel_configs"] if r.get("action") == "keep"]
-    assert {r["regex"] for r in kept} == {"kyc-triton", "server", "metrics"}
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    ports = {prometheus.JOB: ("metrics", 8002), prometheus.REPOSITORY_JOB: ("repo-status", 8003)}
+    assert jobs.keys() == ports.keys()
+    for name, (port_name, port) in ports.items():
+        job = jobs[name]
+        assert job.pop("kubernetes_sd_configs") == [{"role": "pod"}]
+        job["static_configs"] = [{"targets": [f"127.0.0.1:{port}"]}]
+        relabelled = {r.get("target_label") for r in job["relabel_configs"]}
+        assert {"namespace", "pod"} <= relabelled  # what every rule and the adapter group by
+        kept = [r for r in job["relabel_configs"] if r.get("action") == "keep"]
+        assert {r["regex"] for r in kept} == {"kyc-triton", "server", port_name}
     shutil.copy(PROM / "rules.yml", tmp_path / "rules.yml")
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
     result = promtool("check", "config", "prometheus.yml", cwd=tmp_path)
@@ -151,8 +154,43 @@ def test_the_dashboard_is_a_grafana_dashboard_without_overlaps_or_duplicate_ids(
         assert topic in titles, topic
 
 
-@pytest.mark.parametrize("rule_name", ["KycModelFailureRatioHigh", "KycQueueTimeOverBudget"])
+@pytest.mark.parametrize("rule_name", ["KycModelFailureRatioHigh", "KycQueueTimeOverBudget",
+                                       "KycModelDropRefused"])
 def test_alerts_say_what_to_look_at(rule_name):
     (rule,) = [r for r in rules() if r.get("alert") == rule_name]
     assert rule["labels"]["severity"] in {"warning", "page"}
     assert "{{ $labels.model }}" in rule["annotations"]["summary"]
+
+
+def test_every_rule_reads_the_job_of_the_port_that_serves_its_series():
+    """Triton's series (8002) and the repository watcher's (8003) come from two jobs:
+    up{} stays one series per pod in kyc-triton, and no rule mixes the two."""
+    for rule in rules():
+        if "kyc_repository_" in rule["expr"]:
+            assert "nv_inference_" not in rule["expr"] and "up{" not in rule["expr"], rule
+        if "up{" in rule["expr"]:
+            assert f'up{{job="{prometheus.JOB}"}}' in rule["expr"], rule
+
+
+def test_a_refused_drop_alerts_on_its_first_refusal_too():
+    """prometheus_client exports a model's refusal counter from its first refusal on,
+    at 1: increase() alone never sees it (the promtool tests show both cases)."""
+    (rule,) = [r for r in rules() if r.get("alert") == "KycModelDropRefused"]
+    assert "increase(kyc_repository_refusals_total[10m]) > 0" in rule["expr"]
+    assert ("kyc_repository_refusals_total unless kyc_repository_refusals_total offset 10m"
+            in rule["expr"])
+    assert rule["labels"]["severity"] == "warning"
+    assert "kyc repo status" in rule["annotations"]["description"]
+    not_ready = [r for r in rules() if r.get("alert") == "KycModelNotReady"]
+    assert not any("strict readiness" in r["annotations"]["description"] for r in not_ready)
+    # the watcher's own registry: no series before a refusal, then one at 1, by stage
+    from prometheus_client import generate_latest
+
+    from kyc.repo.live import Event
+    from kyc.runtime.watcher import RepositoryMetrics
+
+    metrics = RepositoryMetrics()
+    assert "kyc_repository_refusals_total{" not in generate_latest(metrics.registry).decode()
+    metrics.count(Event("load_refused", "face_embedding", 2, reason="bad"))
+    assert ('kyc_repository_refusals_total{model="face_embedding",stage="load"} 1.0'
+            in generate_latest(metrics.registry).decode())

@@ -13,7 +13,10 @@ with ``--metrics-config=summary_latencies=true``, the summaries
 cannot be combined with another's, so the per-model p95 is the worst server's
 (``max``): an upper bound of the fleet's p95, which is what an alert needs.
 The liveness series (``kyc_liveness_sessions_*``) are the custom metrics that
-``liveness_sequence`` publishes through the Python backend.
+``liveness_sequence`` publishes through the Python backend. The repository series
+(``kyc_repository_*``) come from ``kyc serve``'s repository watcher on its status port
+(8003), scraped as job ``kyc-repository``: a second target per pod in job
+``kyc-triton`` would double every rule over ``up``.
 
 Every aggregation keeps ``namespace`` (and ``pod`` where it says so): the scrape
 config copies both from Kubernetes; a single server without them aggregates the same.
@@ -27,6 +30,7 @@ from typing import Any
 from kyc.ops.models import ServedModel
 
 JOB = "kyc-triton"
+REPOSITORY_JOB = "kyc-repository"  # the watcher's status port (kyc serve --status-port)
 WINDOW = "2m"  # rate windows: 8 scrapes at the 15 s interval of deploy/prometheus
 QUANTILE = "0.95"
 
@@ -39,6 +43,7 @@ FOR_QUEUE = "10m"
 FOR_NOT_READY = "5m"
 FOR_DOWN = "2m"
 FOR_EVICTIONS = "15m"
+REFUSALS_WINDOW = "10m"
 
 # the autoscaler's signal, exposed by the Prometheus adapter under this name
 HPA_METRIC = "kyc_queue_us_per_request"
@@ -161,9 +166,32 @@ def alerting_rules(models: Sequence[ServedModel]) -> list[dict[str, Any]]:
             "annotations": {
                 "summary": f"{model.name} is not loaded on {{{{ $labels.pod }}}}",
                 "description": f"The server answers but exports no series for {model.name}: "
-                               "it failed to load or was unloaded, and the server is no "
-                               "longer ready (strict readiness). kyc_ensemble needs every "
-                               "model."}})
+                               "it failed to load or was unloaded. The pod stays ready "
+                               "(readiness is not strict) and keeps taking traffic, and "
+                               f"every request that needs {model.name} fails there "
+                               "(kyc_ensemble needs most models). `kubectl exec -n "
+                               "{{ $labels.namespace }} {{ $labels.pod }} -- kyc repo "
+                               "status` shows why."}})
+    # A drop refused by the watcher: the counter's series for a model and stage appears
+    # at its first refusal with the value 1 already, which increase() cannot see; so a
+    # series younger than the window counts too.
+    refusals, rw = "kyc_repository_refusals_total", REFUSALS_WINDOW
+    alerts.append({
+        "alert": "KycModelDropRefused",
+        "expr": f"sum by (namespace, pod, model, stage) (increase({refusals}[{rw}]) > 0 "
+                f"or ({refusals} unless {refusals} offset {rw}))",
+        "labels": {"severity": "warning"},
+        "annotations": {
+            "summary": "{{ $labels.model }}: a dropped version, config or model was refused "
+                       "on {{ $labels.pod }} ({{ $labels.stage }})",
+            "description": f"In the last {rw}, kyc serve's repository watcher refused what "
+                           "was dropped into {{ $labels.model }} (stage check: a version "
+                           "failed kyc repo check; load: Triton could not load it; config: "
+                           "an edited config; model: a new model). The previous version "
+                           "(or config) keeps serving; a refused new model is not served. "
+                           "`kubectl exec -n {{ $labels.namespace }} {{ $labels.pod }} -- "
+                           "kyc repo status` shows why; a refused folder is looked at again "
+                           "when it changes."}})
     return alerts
 
 
