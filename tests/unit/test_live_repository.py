@@ -287,3 +287,27 @@ def test_a_model_without_a_sound_version_is_refused_at_the_seed_with_its_ensembl
     said = {(e.model, e.kind) for e in repo.sync()}
     assert said == {("echo", "refused"), ("echo", "model_refused"), ("pipe", "model_refused")}
     assert sorted(p.name for p in repo.live.iterdir()) == ["double"]
+
+
+def test_a_folder_written_to_while_it_was_copied_is_not_taken(live, clock, monkeypatch):
+    target = tiny_onnx(live.source / "double" / "2" / "model.onnx")
+    live.sync()
+    clock.now += QUIET + 0.1
+    copy_out = live._copy_out
+
+    def copy_then_write(src, *parts):
+        copied = copy_out(src, *parts)
+        target.write_bytes(target.read_bytes()[:100])  # the copy went on meanwhile
+        return copied
+
+    monkeypatch.setattr(live, "_copy_out", copy_then_write)
+    assert live.sync() == [] and versions(live, "double") == ["1"]
+    assert live.status()["double"]["waiting"] == {"2": "being copied"}
+    assert list(live.staging.iterdir()) == []
+
+
+def test_what_is_served_is_the_copy_that_was_checked(live, clock):
+    tiny_onnx(live.source / "double" / "2" / "model.onnx")
+    assert settle(live, clock) == ["taken"]
+    served = (live.live / "double" / "2" / "model.onnx").read_bytes()
+    assert served == (live.source / "double" / "2" / "model.onnx").read_bytes()

@@ -271,9 +271,19 @@ class LiveRepository:
         os.rename(path, trash)
         shutil.rmtree(trash, ignore_errors=True)
 
-    def _put_version(self, name: str, version: int, src: Path) -> None:
-        staged = self._stage(f"{name}-{version}")
-        shutil.copytree(src, staged, ignore=_copy_ignore)
+    def _copy_out(self, src: Path, *parts: str) -> tuple[Path, Path]:
+        """Copy ``src`` to ``<staging>/<token>/<source name>/<parts>``: what is checked
+        and then served is this copy, never the folder that may still change. Returns
+        the staged repository root (problems name paths as in the source) and the copy."""
+        root = self._stage("copy") / self.source.name
+        target = root.joinpath(*parts)
+        shutil.copytree(src, target, ignore=_copy_ignore)
+        return root, target
+
+    def _drop_copy(self, root: Path) -> None:
+        shutil.rmtree(root.parent, ignore_errors=True)
+
+    def _put_version(self, name: str, version: int, staged: Path) -> None:
         precompile_python_models(staged)
         fsync_tree(staged)
         target = self.live / name / str(version)
@@ -366,23 +376,37 @@ class LiveRepository:
         signature = (*drop.signature, tuple(sorted(self.models)))
         if self._is_refused(key, signature) or not self._quiet(key, drop, now):
             return []
-        checked, problems = check_model(model_dir, root=self.source, versions=[])
+        root, staged = self._copy_out(model_dir, name)
+        try:
+            if scan(model_dir).signature != drop.signature:  # written to while copied
+                self._seen[key] = _Seen(scan(model_dir).signature, now)
+                self.waiting[key] = "being copied"
+                return []
+            return self._take_model(name, key, signature, root, staged, now)
+        finally:
+            self._drop_copy(root)
+
+    def _take_model(self, name: str, key: tuple[str, int | None], signature: tuple,
+                    root: Path, staged: Path, now: float) -> list[Event]:
+        """Check the staged copy of a new model; rename what passes into place."""
+        checked, problems = check_model(staged, root=root, versions=[])
         config = checked.config
         if config is None or problems:
             return [self._refuse(key, signature, Event("model_refused", name,
                                                       reason=_problems_text(problems)))]
-        present = {int(p.name): p for p in model_dir.iterdir()
+        present = {int(p.name): p for p in staged.iterdir()
                    if p.is_dir() and is_version_name(p.name)}
         served = set(served_numbers(config, present))
         events, good = [], {}
         for version, path in sorted(present.items()):
-            found = check_version(config, path, self.source, against_config=version in served)
-            version_drop = scan(path)
+            found = check_version(config, path, root, against_config=version in served)
+            version_signature = scan(self.source / name / str(version)).signature
             if found:
-                events.append(self._refuse((name, version), version_drop.signature, Event(
+                events.append(self._refuse((name, version), version_signature, Event(
                     "refused", name, version, _problems_text(found))))
+                shutil.rmtree(path)
             else:
-                good[version] = version_drop.signature
+                good[version] = version_signature
         if config.platform != "ensemble" and not good:
             return [*events, self._refuse(key, signature, Event(
                 "model_refused", name, reason="no version folder passes the check"))]
@@ -391,11 +415,8 @@ class LiveRepository:
         if ensemble:
             return [*events, self._refuse(key, signature, Event(
                 "model_refused", name, reason=_problems_text(ensemble)))]
-        model = LiveModel(config, _hash_file(model_dir / CONFIG))
-        staged = self._stage(name)
-        staged.mkdir()
+        model = LiveModel(config, _hash_file(staged / CONFIG))
         for version, version_signature in sorted(good.items()):
-            shutil.copytree(model_dir / str(version), staged / str(version), ignore=_copy_ignore)
             model.versions[version] = version_signature
             if not self._first:
                 model.quiet_at[version] = self._seen[key].since
@@ -434,12 +455,21 @@ class LiveRepository:
                 continue
             if not self._quiet(key, drop, now):
                 continue
-            problems = check_version(model.config, path, self.source)
-            if problems:
-                events.append(self._refuse(key, drop.signature, Event(
-                    "refused", name, version, _problems_text(problems))))
-                continue
-            self._put_version(name, version, path)
+            root, staged = self._copy_out(path, name, str(version))
+            try:
+                now_signature = scan(path).signature
+                if now_signature != drop.signature:  # written to while copied
+                    self._seen[key] = _Seen(now_signature, now)
+                    self.waiting[key] = "being copied"
+                    continue
+                problems = check_version(model.config, staged, root)
+                if problems:
+                    events.append(self._refuse(key, drop.signature, Event(
+                        "refused", name, version, _problems_text(problems))))
+                    continue
+                self._put_version(name, version, staged)
+            finally:
+                self._drop_copy(root)
             model.versions[version] = drop.signature
             model.load_failed.pop(version, None)
             model.quiet_at[version] = self._seen[key].since
@@ -465,9 +495,10 @@ class LiveRepository:
     def _sync_config(self, name: str, model: LiveModel, now: float) -> list[Event]:
         path = self.source / name / CONFIG
         try:
-            digest = _hash_file(path)
+            data = path.read_bytes()  # read once: hashed, parsed and served the same
         except OSError:
             return []  # the whole folder is going: _remove_model, or it comes back
+        digest = hashlib.sha256(data).hexdigest()
         if digest == model.config_hash:
             return []
         key = (name, -1)  # the config's own key
@@ -476,8 +507,8 @@ class LiveRepository:
         if self._is_refused(key, signature) or not self._quiet(key, drop, now):
             return []
         try:
-            config = parse_config(path.read_text(encoding="utf-8"))
-        except (ConfigError, OSError) as exc:
+            config = parse_config(data.decode("utf-8"))
+        except (ConfigError, UnicodeDecodeError) as exc:
             return [self._refuse(key, signature, Event("config_refused", name,
                                                       reason=f"not a valid model config: {exc}"))]
         served = set(served_numbers(config, model.versions))
