@@ -311,3 +311,27 @@ def test_what_is_served_is_the_copy_that_was_checked(live, clock):
     assert settle(live, clock) == ["taken"]
     served = (live.live / "double" / "2" / "model.onnx").read_bytes()
     assert served == (live.source / "double" / "2" / "model.onnx").read_bytes()
+
+
+def wider(live: LiveRepository) -> None:
+    """double's config edited for 3 values instead of 2."""
+    config = live.source / "double" / "config.pbtxt"
+    config.write_text(config.read_text().replace("dims: [ 2 ]", "dims: [ 3 ]"))
+
+
+def test_a_config_edit_and_the_version_that_fits_it_are_taken_together(live, clock):
+    """As `kyc models arcface` ships a 512-d embedding: neither fits alone."""
+    wider(live)
+    tiny_onnx(live.source / "double" / "2" / "model.onnx", shape=("batch", 3))
+    assert sorted(settle(live, clock)) == ["config", "taken"]
+    served = load_config(live.live / "double" / "config.pbtxt")
+    assert list(served.input[0].dims) == [3] and policy(live, "double") == [2]
+
+
+def test_a_config_refused_alone_is_judged_again_when_its_version_arrives(live, clock):
+    wider(live)
+    assert settle(live, clock) == ["config_refused"]
+    assert live.sync() == []
+    tiny_onnx(live.source / "double" / "2" / "model.onnx", shape=("batch", 3))
+    assert sorted(settle(live, clock)) == ["config", "taken"]
+    assert policy(live, "double") == [2] and live.status()["double"]["refused"] == []

@@ -178,6 +178,7 @@ class LiveModel:
     load_failed: dict[int, tuple] = field(default_factory=dict)  # version -> signature
     loading: dict[int, float] = field(default_factory=dict)  # version -> named at (monotonic)
     quiet_at: dict[int, float] = field(default_factory=dict)  # version -> copy ended at
+    config_changed_at: float | None = None  # an edited config taken, not written yet
 
     @property
     def stateful(self) -> bool:
@@ -442,39 +443,58 @@ class LiveRepository:
         return [Event("model_removed", name)]
 
     def _sync_model(self, name: str, now: float) -> list[Event]:
+        """An edited config and the version folders dropped with it are judged together
+        (a 512-d embedding's new version and the config that says 512 arrive as two
+        files: each alone fits nothing), once every changed part is quiet."""
         model_dir, model = self.source / name, self.models[name]
-        events = self._sync_config(name, model, now)
         present = {int(p.name): p for p in model_dir.iterdir()
                    if p.is_dir() and is_version_name(p.name)} if model_dir.is_dir() else {}
+        drops = {}
         for version, path in sorted(present.items()):
             drop = scan(path)
-            if model.versions.get(version) == drop.signature:
-                continue
-            key = (name, version)
-            if self._is_refused(key, drop.signature):
-                continue
-            if not self._quiet(key, drop, now):
-                continue
-            root, staged = self._copy_out(path, name, str(version))
-            try:
-                now_signature = scan(path).signature
-                if now_signature != drop.signature:  # written to while copied
-                    self._seen[key] = _Seen(now_signature, now)
-                    self.waiting[key] = "being copied"
-                    continue
-                problems = check_version(model.config, staged, root)
+            if model.versions.get(version) != drop.signature and not self._is_refused(
+                    (name, version), drop.signature):
+                drops[version] = drop
+        quiet = {v: d for v, d in drops.items() if self._quiet((name, v), d, now)}
+        edit = self._config_edit(name, model, drops, now)
+        if edit == "wait" or (edit is not None and len(quiet) < len(drops)):
+            return self._removals(name, model, present, now)
+        events: list[Event] = []
+        staged: dict[int, tuple[Path, Path]] = {}
+        try:
+            for version, drop in quiet.items():
+                root, copy = self._copy_out(present[version], name, str(version))
+                staged[version] = (root, copy)
+                written = scan(present[version]).signature
+                if written != drop.signature:  # written to while copied
+                    self._seen[(name, version)] = _Seen(written, now)
+                    self.waiting[(name, version)] = "being copied"
+                    del staged[version]
+                    self._drop_copy(root)
+            if edit is not None:
+                events.extend(self._judge_config(name, model, edit, staged, drops, now))
+            for version, (root, copy) in sorted(staged.items()):
+                key = (name, version)
+                problems = check_version(model.config, copy, root)
                 if problems:
-                    events.append(self._refuse(key, drop.signature, Event(
+                    events.append(self._refuse(key, drops[version].signature, Event(
                         "refused", name, version, _problems_text(problems))))
                     continue
-                self._put_version(name, version, staged)
-            finally:
+                self._put_version(name, version, copy)
+                model.versions[version] = drops[version].signature
+                model.load_failed.pop(version, None)
+                model.quiet_at[version] = self._seen[key].since
+                self.refused.pop(key, None)
+                events.append(Event("taken", name, version))
+        finally:
+            for root, _ in staged.values():
                 self._drop_copy(root)
-            model.versions[version] = drop.signature
-            model.load_failed.pop(version, None)
-            model.quiet_at[version] = self._seen[key].since
-            self.refused.pop(key, None)
-            events.append(Event("taken", name, version))
+        return events + self._removals(name, model, present, now)
+
+    def _removals(self, name: str, model: LiveModel, present: dict[int, Path],
+                  now: float) -> list[Event]:
+        """Version folders deleted from the source: out of service (a rollback)."""
+        events = []
         for version in sorted(set(model.versions) - set(present)):
             del model.versions[version]
             model.load_failed.pop(version, None)
@@ -482,45 +502,57 @@ class LiveRepository:
             for back in served_numbers(model.config, set(model.versions) - set(model.load_failed)):
                 if back not in model.policy:  # the rollback's version: timed from now
                     model.quiet_at[back] = now
-        for key in [k for k in self._seen if k[0] == name and k[1] is not None
-                    and k[1] >= 0 and k[1] not in present]:
-            del self._seen[key]
-            self.waiting.pop(key, None)
-        for key in [k for k in self.refused if k[0] == name and k[1] is not None
-                    and k[1] >= 0 and k[1] not in present]:
-            del self.refused[key]
-            self.waiting.pop(key, None)
+        for table in (self._seen, self.refused):
+            for key in [k for k in table if k[0] == name and k[1] is not None
+                        and k[1] >= 0 and k[1] not in present]:
+                del table[key]
+                self.waiting.pop(key, None)
         return events
 
-    def _sync_config(self, name: str, model: LiveModel, now: float) -> list[Event]:
+    def _config_edit(self, name: str, model: LiveModel, drops: dict[int, Drop], now: float):
+        """The edited config to judge: None (unchanged, or refused as it is), "wait"
+        (still being written), or (data, digest, signature)."""
         path = self.source / name / CONFIG
         try:
             data = path.read_bytes()  # read once: hashed, parsed and served the same
         except OSError:
-            return []  # the whole folder is going: _remove_model, or it comes back
+            return None  # the whole folder is going: _remove_model, or it comes back
         digest = hashlib.sha256(data).hexdigest()
         if digest == model.config_hash:
-            return []
+            return None
         key = (name, -1)  # the config's own key
-        drop = scan(path)
-        signature = (digest,)
-        if self._is_refused(key, signature) or not self._quiet(key, drop, now):
-            return []
+        # refused with these very version folders: judged again when one changes
+        signature = (digest, tuple(sorted((v, d.signature) for v, d in drops.items())))
+        if self._is_refused(key, signature):
+            return None
+        if not self._quiet(key, scan(path), now):
+            return "wait"
+        return data, digest, signature
+
+    def _judge_config(self, name: str, model: LiveModel, edit: tuple,
+                      staged: dict[int, tuple[Path, Path]], drops: dict[int, Drop],
+                      now: float) -> list[Event]:
+        """Take the edited config if it fits the versions it would serve, among those
+        taken and those dropped with it, and the ensembles that call the model."""
+        data, digest, signature = edit
+        key = (name, -1)
         try:
             config = parse_config(data.decode("utf-8"))
         except (ConfigError, UnicodeDecodeError) as exc:
             return [self._refuse(key, signature, Event("config_refused", name,
                                                       reason=f"not a valid model config: {exc}"))]
-        served = set(served_numbers(config, model.versions))
+        fitting = {v for v, (root, copy) in staged.items() if not check_version(config, copy, root)}
+        served = set(served_numbers(config, set(model.versions) | fitting))
         problems: list[Problem] = []
         if config.name and config.name != name:
             problems.append(Problem(f"{name}/{CONFIG}", f"name '{config.name}' differs from "
                                     f"its folder '{name}'"))
-        for v in sorted(model.versions):
-            problems.extend(check_version(config, self.source / name / str(v), self.source,
+        for v in sorted(set(model.versions) - set(staged)):
+            problems.extend(check_version(config, self.live / name / str(v), self.live,
                                           against_config=v in served))
+        versions = [str(v) for v in sorted(set(model.versions) | fitting)]
         problems.extend(self._ensemble_problems(self._checked_models(
-            {name: CheckedModel(name, config, [str(v) for v in model.versions])})))
+            {name: CheckedModel(name, config, versions)})))
         if problems:
             return [self._refuse(key, signature, Event("config_refused", name,
                                                       reason=_problems_text(problems)))]
@@ -529,9 +561,7 @@ class LiveRepository:
             self.refused.pop((name, version), None)
         model.load_failed.clear()
         self.refused.pop(key, None)
-        self._write_config(name, model, model.policy)  # the policy follows in _apply_policy
-        model.loading.update({v: now for v in model.policy})
-        model.quiet_at.update({v: self._seen[key].since for v in model.policy})
+        model.config_changed_at = self._seen[key].since  # written by _apply_policy
         return [Event("config", name)]
 
     # -- Triton's answers ------------------------------------------------------------
@@ -585,12 +615,16 @@ class LiveRepository:
         if model.stateful:
             events.extend(self._pins(name, model, served, states, sessions, now))
         policy = sorted(set(served) | set(model.pins))
-        if policy != model.policy:
+        edited = model.config_changed_at
+        if policy != model.policy or edited is not None:
             before = set(model.policy)
-            self._write_config(name, model, policy)
+            self._write_config(name, model, policy)  # with the versions it names in place
+            model.config_changed_at = None
             for v in policy:
-                if v not in before and v in served:
+                if v in served and (v not in before or edited is not None):
                     model.loading.setdefault(v, now)
+                    if v in before and edited is not None:  # reloaded for the config
+                        model.quiet_at[v] = edited
             for v in list(model.loading):
                 if v not in policy:
                     del model.loading[v]
