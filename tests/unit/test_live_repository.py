@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kyc.repo.config import load_config
-from kyc.repo.live import LiveRepository, live_config_text, scan
+from kyc.repo.live import PIN_SETTLE_S, LiveRepository, live_config_text, scan
 from kyc_testing import tiny_onnx, write_echo_version
 
 QUIET = 2.0
@@ -235,6 +235,13 @@ def test_a_stateful_model_keeps_the_version_its_sessions_started_on(live, clock)
     assert [e.kind for e in live.sync(states, open_sessions)] == ["loaded"]
     assert policy(live, "echo") == [1, 2]  # its sessions are still open
     open_sessions[("echo", 1)] = 0.0
+    assert live.sync(states, open_sessions) == []  # a START may still be on its way
+    clock.now += 2.0
+    open_sessions[("echo", 1)] = 1.0  # it was: queued, now counted
+    assert live.sync(states, open_sessions) == []
+    open_sessions[("echo", 1)] = 0.0
+    assert live.sync(states, open_sessions) == []
+    clock.now += PIN_SETTLE_S
     assert [e.kind for e in live.sync(states, open_sessions)] == ["unpinned"]
     assert policy(live, "echo") == [2]
     clock.now += 5

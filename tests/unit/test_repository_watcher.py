@@ -16,11 +16,12 @@ kyc_liveness_sessions_live{model="liveness_sequence",version="1"} 2
 kyc_liveness_sessions_live{model="liveness_sequence",version="2"} 1
 kyc_liveness_sessions_live{model="liveness_sequence",version="2"} 3
 nv_inference_request_success{model="face_embedding",version="1"} 10
+nv_inference_pending_request_count{model="liveness_sequence",version="1"} 1
 """
 
 
-def test_open_sessions_are_summed_per_model_version():
-    assert sessions_by_version(EXPOSITION) == {("liveness_sequence", 1): 2.0,
+def test_open_sessions_and_queued_requests_are_summed_per_model_version():
+    assert sessions_by_version(EXPOSITION) == {("liveness_sequence", 1): 3.0,
                                                ("liveness_sequence", 2): 4.0}
 
 

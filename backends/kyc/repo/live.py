@@ -78,6 +78,7 @@ _IGNORED = ("__pycache__",)
 # A stateful model keeps a version it moved away from for at most its longest
 # session: the largest of these parameters (seconds) and its sequence idle timeout.
 _SESSION_PARAMETERS = ("max_duration_s", "idle_ttl_s")
+PIN_SETTLE_S = 3.0
 
 
 # -- what a folder looks like now -------------------------------------------------
@@ -179,6 +180,8 @@ class LiveModel:
     loading: dict[int, float] = field(default_factory=dict)  # version -> named at (monotonic)
     quiet_at: dict[int, float] = field(default_factory=dict)  # version -> copy ended at
     config_changed_at: float | None = None  # an edited config taken, not written yet
+    ready_since: float | None = None  # every served version READY since (monotonic)
+    idle_since: dict[int, float] = field(default_factory=dict)  # pinned, no session since
 
     @property
     def stateful(self) -> bool:
@@ -648,16 +651,27 @@ class LiveRepository:
                                         reason=f"{open_now:g} open sessions" if open_now else ""))
         all_ready = states is not None and all(
             states.get((name, v), ("",))[0] == "READY" for v in served)
+        # From the moment the new versions are READY, a START goes to them; one routed to
+        # an old version just before may still wait in its queue, not yet counted as a
+        # session (measured in CI: the old version was unloaded under such a session).
+        # So a pin ends only after the old version has had no open session and no
+        # pending request for PIN_SETTLE_S since the new ones were READY.
+        model.ready_since = (model.ready_since or now) if all_ready else None
+        settled = model.ready_since is not None and now - model.ready_since >= PIN_SETTLE_S
         for version, since in list(model.pins.items()):
             if version in served:
                 del model.pins[version]
                 continue
             open_now = (sessions or {}).get((name, version))
+            if open_now != 0:
+                model.idle_since.pop(version, None)
+            idle = open_now == 0 and now - model.idle_since.setdefault(version, now) >= PIN_SETTLE_S
             over = now - since >= model.session_bound_s()
-            if all_ready and (open_now == 0 or over):
+            if settled and (idle or over):
                 del model.pins[version]
+                model.idle_since.pop(version, None)
                 events.append(Event("unpinned", name, version,
-                                    reason="no open session" if open_now == 0 else
+                                    reason="no open session" if idle else
                                     f"held {model.session_bound_s():g} s, its longest session"))
         return events
 

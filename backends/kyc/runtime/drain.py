@@ -75,12 +75,14 @@ _LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
 def sessions_by_version(text: str) -> dict[tuple[str, int], float]:
-    """Open liveness sessions per ``(model, version)`` from a Prometheus exposition
-    (how ``kyc.repo.live`` knows when an older version has no session left)."""
+    """Open liveness sessions plus queued requests per ``(model, version)`` from a
+    Prometheus exposition (how ``kyc.repo.live`` knows when an older version of a
+    stateful model has nothing left to do)."""
     found: dict[tuple[str, int], float] = {}
     for line in text.splitlines():
         match = _SAMPLE.match(line)
-        if not match or match.group(1) != LIVE:
+        # requests queued for a version count too: a START waiting there is a session
+        if not match or match.group(1) not in (LIVE, "nv_inference_pending_request_count"):
             continue
         labels = dict(_LABEL.findall(match.group(2) or ""))
         version = labels.get("version", "")
