@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import urllib.request
 from pathlib import Path
 
@@ -91,3 +92,18 @@ def test_format_status_lists_waiting_and_pinned_versions():
     assert "echo: serving 1, 2 (kept for open sessions: 1)" in text
     assert "waiting  4: being copied" in text
     assert "REFUSED  echo version 3" in text
+
+
+def test_the_watchers_own_reads_do_not_wake_it(tiny_repository, tmp_path):
+    """inotify reports opens and reads too: woken by its own reads of the configs, the
+    watcher once looked without pause and kept a core busy."""
+    watcher = watcher_over(tiny_repository, tmp_path, lambda: [])
+    passes = []
+    sync_once = watcher.sync_once
+    watcher.sync_once = lambda: passes.append(1) or sync_once()
+    watcher.start()
+    try:
+        time.sleep(2.0)
+    finally:
+        watcher.stop()
+    assert len(passes) <= 2.0 / watcher.interval_s + 2, len(passes)

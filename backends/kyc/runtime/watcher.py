@@ -36,6 +36,7 @@ from kyc.runtime.drain import sessions_by_version
 log = logging.getLogger(__name__)
 
 INTERVAL_S = 0.5
+CHANGES = {"created", "deleted", "modified", "moved", "closed"}  # watchdog event types
 RECENT_EVENTS = 100
 _STAGES = {"refused": "check", "load_refused": "load", "config_refused": "config",
            "model_refused": "model"}
@@ -159,8 +160,11 @@ class RepositoryWatcher:
         wake = self._wake
 
         class Wake(FileSystemEventHandler):
+            # Only changes: inotify also reports opens and reads, and the watcher's own
+            # reads of the configs would wake it again at once (measured: a busy core).
             def on_any_event(self, event) -> None:
-                wake.set()
+                if event.event_type in CHANGES:
+                    wake.set()
 
         observer = PollingObserver(timeout=1) if self.polling_observer else Observer()
         try:
@@ -190,7 +194,9 @@ class RepositoryWatcher:
             states = index_states(self.index())
         except (OSError, ValueError):
             states = None
-        sessions = self._sessions()
+        # session counts matter only while a stateful model switches versions
+        busy = any(m.pins or (m.stateful and m.loading) for m in self.live.models.values())
+        sessions = self._sessions() if busy else None
         with self._lock:
             events = self.live.sync(states, sessions, poll_s=self.poll_s)
             for event in events:
