@@ -152,15 +152,19 @@ def test_probes_are_triton_health_endpoints_on_the_http_port(target):
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 600  # engine builds
 
 
-@pytest.mark.parametrize("target", (*OVERLAYS, KSERVE))
-def test_both_keys_come_from_one_secret_as_kyc_serve_reads_them(target):
+def server_container_and_volumes(target) -> tuple[dict, list[dict]]:
+    """The Triton container and the pod's volumes, in a Deployment or a ServingRuntime."""
     resources = rendered(target)
     if target == KSERVE:
         runtime = one(resources, "ServingRuntime")["spec"]
-        triton, volumes = runtime["containers"][0], runtime["volumes"]
-    else:
-        deployment = server(resources)
-        triton, volumes = container(deployment), deployment["spec"]["template"]["spec"]["volumes"]
+        return runtime["containers"][0], runtime["volumes"]
+    deployment = server(resources)
+    return container(deployment), deployment["spec"]["template"]["spec"]["volumes"]
+
+
+@pytest.mark.parametrize("target", (*OVERLAYS, KSERVE))
+def test_both_keys_come_from_one_secret_as_kyc_serve_reads_them(target):
+    triton, volumes = server_container_and_volumes(target)
     env = {e["name"]: e for e in triton["env"]}
     admin_env = build_parser().parse_args(["serve"]).admin_key_env
     assert env[admin_env]["valueFrom"]["secretKeyRef"] == {"name": "kyc-triton-keys",
@@ -277,13 +281,7 @@ def test_servers_watch_the_shared_volume_by_polling_into_a_live_copy_under_tmp(t
     """The volume is NFS-like (another machine's writes raise no inotify event); the
     live copy Triton reads goes to the writable /tmp emptyDir, sized for it; the
     watcher's status port is a named container port that Prometheus scrapes."""
-    resources = rendered(target)
-    if target == KSERVE:
-        runtime = one(resources, "ServingRuntime")["spec"]
-        triton, volumes = runtime["containers"][0], runtime["volumes"]
-    else:
-        deployment = server(resources)
-        triton, volumes = container(deployment), deployment["spec"]["template"]["spec"]["volumes"]
+    triton, volumes = server_container_and_volumes(target)
     options = serve_options(triton["args"])
     assert options.watch and options.watch_polling
     tmp = next(m for m in triton["volumeMounts"] if m["name"] == "tmp")
