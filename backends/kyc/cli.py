@@ -18,7 +18,7 @@ from kyc import __version__
 log = logging.getLogger("kyc")
 
 DEFAULT_REPOSITORY = Path("model_repository")
-# kyc.bench.GROUPS (not imported: the CLI starts without numpy)
+# kyc.bench.core.GROUPS (not imported: the CLI starts without numpy)
 BENCH_GROUPS = ("kyc", "batching", "liveness", "document", "publish")
 
 
@@ -347,15 +347,9 @@ def bench_output_dir(json_path: Path | None, out: Path | None) -> Path:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from kyc.bench import (
-        BenchError,
-        BenchOptions,
-        format_table,
-        run_bench,
-        total_errors,
-        write_json,
-    )
-    from kyc.bench_report import write_csvs, write_plots
+    from kyc.bench.core import BenchError, BenchOptions, format_table, total_errors, write_json
+    from kyc.bench.report import write_csvs, write_plots
+    from kyc.bench.scenarios import run_bench
     from kyc.runtime.triton import TritonNotFoundError
 
     if args.compare:
@@ -387,8 +381,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _bench_compare(args: argparse.Namespace) -> int:
-    from kyc.bench import write_json
-    from kyc.bench_compare import format_comparison, run_comparison
+    from kyc.bench.compare import format_comparison, run_comparison
+    from kyc.bench.core import write_json
 
     if len(args.compare) < 2:
         print("kyc bench --compare: name at least two servers (--compare HOST:PORT twice)",

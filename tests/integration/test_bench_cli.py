@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from kyc.bench_report import PERF_ANALYZER_COLUMNS
+from kyc.bench.report import PERF_ANALYZER_COLUMNS
 from kyc_testing import PROJECT_ROOT, require_weights
 
 pytestmark = pytest.mark.integration

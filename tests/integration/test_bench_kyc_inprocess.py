@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from kyc.bench_kyc import KycCase, KycInProcess, kyc_cases
+from kyc.bench.kyc import KycCase, KycInProcess, kyc_cases
 from kyc.client import KycClient
 
 pytestmark = pytest.mark.integration

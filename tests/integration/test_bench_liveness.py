@@ -15,8 +15,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from kyc import bench_liveness
-from kyc.bench_liveness import (
+from kyc.bench import liveness as bench_liveness
+from kyc.bench.liveness import (
     MODEL,
     FilmLibrary,
     LivenessBenchClient,

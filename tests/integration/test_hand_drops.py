@@ -25,7 +25,7 @@ from PIL import Image
 from test_hot_update import one
 from test_poll_publish import Load, load_inputs, states
 
-from kyc.bench import process_memory
+from kyc.bench.core import process_memory
 from kyc.document.synthetic import Degradation, random_identity, render_document
 from kyc.liveness.client import LivenessReply
 from kyc.liveness.synthetic import turn_sequence

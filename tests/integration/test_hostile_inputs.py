@@ -24,7 +24,7 @@ import tritonclient.grpc as grpcclient
 from PIL import Image
 
 from kyc import hostile
-from kyc.bench import process_memory
+from kyc.bench.core import process_memory
 from kyc.document.synthetic import Degradation, random_identity, render_document
 from kyc.repo.config import load_config
 from kyc.runtime.server import is_ready

@@ -60,7 +60,7 @@ def wait_state(server, model: str, version: str, state: str, timeout: float = 60
 
 
 def stubs(server) -> int:
-    from kyc.bench import process_memory
+    from kyc.bench.core import process_memory
 
     return process_memory(server.process.pid)["stub_processes"]
 

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from kyc import bench, cli
-from kyc.bench import (
+from kyc import cli
+from kyc.bench import core as bench
+from kyc.bench.core import (
     BenchOptions,
     Measurement,
     Window,

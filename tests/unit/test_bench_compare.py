@@ -1,4 +1,4 @@
-"""kyc.bench_compare: servers measured in turns, their windows pooled."""
+"""kyc.bench.compare: servers measured in turns, their windows pooled."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from kyc.bench import Window
-from kyc.bench_compare import compare_servers, comparison_report, format_comparison
+from kyc.bench.compare import compare_servers, comparison_report, format_comparison
+from kyc.bench.core import Window
 
 TINY = Window(warmup_s=0.0, window_s=0.05, min_requests=3, max_s=5.0)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kyc.procmem import resident_union_mib
+from kyc.bench.procmem import resident_union_mib
 
 SIZE = 64 * 2**20
 

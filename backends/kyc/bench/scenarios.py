@@ -1,29 +1,42 @@
-"""The scenario groups of ``kyc bench`` (see :mod:`kyc.bench`), each on the bench's
+"""The scenario groups of ``kyc bench`` (see :mod:`kyc.bench.core`), each on the bench's
 server: ``kyc`` (end to end, served and in process), ``batching`` (face_embedding
 and ocr_rec with dynamic batching on and off), ``liveness`` (sessions, alone and
 under an OCR load), ``document`` (document_ocr against the OCR peer) and ``publish``
-(the first request after ``kyc repo publish`` of a new version).
+(the first request after ``kyc repo publish`` of a new version); and the driver,
+:func:`run_bench`, that runs the selected groups on one server and makes the report.
 
 Every input is generated from the real test photos and the document renderer.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+import tempfile
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from kyc.bench import (
+from kyc.bench.core import (
     BATCHING_SPEEDUP_LEVEL,
+    GROUPS,
     LIVENESS_GOAL_SESSIONS,
     OCR_LOAD_CLIENTS,
     Bench,
+    BenchOptions,
     Served,
     TensorClient,
+    check_weights,
+    copy_repository,
     face_photos,
+    machine,
+    onnx_model,
+    process_memory,
+    running_server,
+    summarize,
 )
 
 log = logging.getLogger(__name__)
@@ -49,7 +62,7 @@ class KycClient:
     async def next(self) -> Mapping[str, int]:
         case = self.cases[self.index % len(self.cases)]
         self.index += 1
-        from kyc.bench_kyc import tally
+        from kyc.bench.kyc import tally
 
         return tally(await self.client.verify(case.document, case.selfie))
 
@@ -58,7 +71,7 @@ class KycClient:
 
 
 async def run_kyc(bench: Bench) -> None:
-    from kyc.bench_kyc import KYC_DESCRIPTION, KYC_MODELS, KycInProcess, kyc_cases
+    from kyc.bench.kyc import KYC_DESCRIPTION, KYC_MODELS, KycInProcess, kyc_cases
 
     cases = kyc_cases(_payload_count(bench, 4, 8))
     levels = bench.options.levels_of("kyc")
@@ -93,7 +106,7 @@ def aligned_faces(grpc_url: str) -> list[np.ndarray]:
 def text_line_crops(repository: Path, documents: int) -> list[np.ndarray]:
     """The text-line crops the document reader gives ocr_rec on rendered documents,
     each cut or padded to REC_WIDTH: [1, 48, REC_WIDTH, 3] uint8 each."""
-    from kyc.bench_document import DocumentInProcess, document_cases
+    from kyc.bench.document import DocumentInProcess, document_cases
     from kyc.document.lines import PAD_VALUE
 
     runner = DocumentInProcess(repository)
@@ -156,8 +169,6 @@ def batching_ceiling(repository: Path, model: str, name: str, payloads: Sequence
     import statistics
     import time
 
-    from kyc.bench import onnx_model
-
     _, session = onnx_model(repository, model)
     rows = [payloads[k % len(payloads)] for k in range(BATCHING_SPEEDUP_LEVEL)]
 
@@ -178,8 +189,8 @@ def batching_ceiling(repository: Path, model: str, name: str, payloads: Sequence
 
 # -- liveness ------------------------------------------------------------------------------
 async def run_liveness(bench: Bench) -> None:
-    from kyc.bench_document import DocumentClient, document_cases
-    from kyc.bench_liveness import FilmLibrary, LivenessBenchClient
+    from kyc.bench.document import DocumentClient, document_cases
+    from kyc.bench.liveness import FilmLibrary, LivenessBenchClient
 
     films = FilmLibrary.build(bench.grpc_url)
     levels = bench.options.levels_of("liveness")
@@ -202,7 +213,7 @@ async def run_liveness(bench: Bench) -> None:
 
 # -- document reading against the peer ---------------------------------------------------
 async def run_document(bench: Bench) -> None:
-    from kyc.bench_document import (
+    from kyc.bench.document import (
         DOCUMENT_DESCRIPTION,
         PEER_DESCRIPTION,
         DocumentClient,
@@ -224,7 +235,7 @@ PUBLISH_MODELS = ("face_embedding", "ocr_rec")
 
 
 async def run_publish(bench: Bench) -> None:
-    from kyc.bench_publish import first_request_after_publish
+    from kyc.bench.publish import first_request_after_publish
 
     if bench.options.url is not None:
         bench.extra["first_request_after_publish"] = {"skipped": (
@@ -238,3 +249,44 @@ async def run_publish(bench: Bench) -> None:
     for model in PUBLISH_MODELS:
         name, payload, output = inputs[model]
         figures[model] = first_request_after_publish(bench, model, name, payload, output)
+
+
+# -- running them ----------------------------------------------------------------------
+RUNS: dict[str, Callable[[Bench], Awaitable[None]]] = {
+    "kyc": run_kyc, "batching": run_batching, "liveness": run_liveness,
+    "document": run_document, "publish": run_publish,
+}
+
+
+async def run_groups(bench: Bench) -> None:
+    for group in GROUPS:
+        if group == "publish" and bench.server_pid is not None:
+            # Before the version switches: they restart stubs, which would hide what
+            # the load grew.
+            bench.memory = process_memory(bench.server_pid)
+        if bench.options.runs(group):
+            await RUNS[group](bench)
+    if not bench.memory and bench.server_pid is not None:
+        bench.memory = process_memory(bench.server_pid)
+
+
+def run_bench(options: BenchOptions) -> dict[str, Any]:
+    """Every selected scenario group in turn on one server; the report."""
+    started_at, host = datetime.now(timezone.utc), machine()
+    check_weights(options.model_repository, [p.parent.name for p in
+                                             options.model_repository.glob("*/config.pbtxt")])
+    memory: dict[str, Any] = {}
+    if options.url is not None:
+        bench = Bench(options, options.url, options.admin_key, options.model_repository)
+        asyncio.run(run_groups(bench))
+        memory = {"skipped": "the server was not started by the bench (--url)"}
+    else:
+        with tempfile.TemporaryDirectory(prefix="kyc-bench-") as tmp:
+            repository = copy_repository(options.model_repository, Path(tmp) / "models")
+            with running_server(repository, Path(tmp) / "tritonserver.log") as server:
+                assert server.process is not None
+                bench = Bench(options, server.options.grpc_url, server.admin_key, repository,
+                              server_pid=server.process.pid)
+                asyncio.run(run_groups(bench))
+                memory = bench.memory
+    return summarize(bench.scenarios, options, started_at, host, memory, bench.extra)

@@ -19,7 +19,7 @@ noisy; the goals are ratios and percentiles of one run):
   stub processes after the load scenarios;
 - ``publish``: the first request to face_embedding and ocr_rec after ``kyc repo
   publish`` of a new version, with and without ``model_warmup``
-  (:mod:`kyc.bench_publish`).
+  (:mod:`kyc.bench.publish`).
 
 Each concurrency level is one closed loop of asyncio gRPC clients: a warm-up
 (at least one answer per client), then a fixed window in which answered requests
@@ -40,18 +40,17 @@ import math
 import os
 import platform
 import shutil
-import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
+from kyc.bench.procmem import resident_union_mib
 from kyc.budgets import queue_against_budget
-from kyc.procmem import resident_union_mib
 from kyc.repo.config import load_config, model_parameters
 from kyc.repo.publish import precompile_python_models
 from kyc.runtime.procs import children, stub_instance
@@ -776,42 +775,6 @@ def running_server(repository: Path, log_file: Path) -> Iterator[TritonServer]:
         yield server
     finally:
         server.stop(grace=STOP_GRACE_S)
-
-
-async def run_groups(bench: Bench) -> None:
-    from kyc import bench_scenarios
-
-    for group in GROUPS:
-        if group == "publish" and bench.server_pid is not None:
-            # Before the version switches: they restart stubs, which would hide what
-            # the load grew.
-            bench.memory = process_memory(bench.server_pid)
-        if bench.options.runs(group):
-            await getattr(bench_scenarios, f"run_{group}")(bench)
-    if not bench.memory and bench.server_pid is not None:
-        bench.memory = process_memory(bench.server_pid)
-
-
-def run_bench(options: BenchOptions) -> dict[str, Any]:
-    """Every selected scenario group in turn on one server; the report."""
-    started_at, host = datetime.now(timezone.utc), machine()
-    check_weights(options.model_repository, [p.parent.name for p in
-                                             options.model_repository.glob("*/config.pbtxt")])
-    memory: dict[str, Any] = {}
-    if options.url is not None:
-        bench = Bench(options, options.url, options.admin_key, options.model_repository)
-        asyncio.run(run_groups(bench))
-        memory = {"skipped": "the server was not started by the bench (--url)"}
-    else:
-        with tempfile.TemporaryDirectory(prefix="kyc-bench-") as tmp:
-            repository = copy_repository(options.model_repository, Path(tmp) / "models")
-            with running_server(repository, Path(tmp) / "tritonserver.log") as server:
-                assert server.process is not None
-                bench = Bench(options, server.options.grpc_url, server.admin_key, repository,
-                              server_pid=server.process.pid)
-                asyncio.run(run_groups(bench))
-                memory = bench.memory
-    return summarize(bench.scenarios, options, started_at, host, memory, bench.extra)
 
 
 # -- the report ----------------------------------------------------------------------

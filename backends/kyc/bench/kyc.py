@@ -6,7 +6,7 @@ person_b_2), sent WITHOUT a liveness token: the ensemble runs in full (both face
 paths, both embeddings, document reading, the decision with its antifraud call),
 and the decision is ``review`` (liveness_missing). Opening a token costs
 microseconds; the liveness stream is a separate model. Served, it is sent by
-``kyc.bench_scenarios.KycClient`` (the SDK's asyncio client).
+``kyc.bench.scenarios.KycClient`` (the SDK's asyncio client).
 
 In process (:class:`KycInProcess`, the limit the served throughput is compared to):
 the ensemble's steps in this process without Triton, on the same ONNX files with
@@ -31,13 +31,13 @@ from typing import Any
 
 import numpy as np
 
-from kyc.bench import (
+from kyc.bench.core import (
     FaceInProcess,
     Outcome,
     max_batch_size,
     onnx_model,
 )
-from kyc.bench_document import DocumentInProcess
+from kyc.bench.document import DocumentInProcess
 from kyc.client import Verification
 from kyc.decision.model import DecisionLogic
 from kyc.document.ocr import TextLine, document_report

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from kyc.bench import (
+from kyc.bench.core import (
     CLIENT_TIMEOUT_S,
     Outcome,
     PeerUnavailableError,

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from kyc.bench import CLIENT_TIMEOUT_S, Bench, BenchError
+from kyc.bench.core import CLIENT_TIMEOUT_S, Bench, BenchError
 
 log = logging.getLogger(__name__)
 

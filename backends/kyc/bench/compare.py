@@ -1,6 +1,6 @@
 """``kyc bench --compare URL --compare URL``: running servers side by side, in one run.
 
-The end-to-end workload of ``kyc bench`` (:mod:`kyc.bench_kyc`: ``kyc_ensemble`` on a
+The end-to-end workload of ``kyc bench`` (:mod:`kyc.bench.kyc`: ``kyc_ensemble`` on a
 rendered passport page with a real portrait and a selfie, no liveness token) is sent
 to each server in turn, one measured window after the other (A, B, A, B, ...), so that
 whatever else the machine does falls on all of them alike; each server's windows are
@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kyc.bench import AsyncClient, Measurement, Window, latency_ms, measure_level
+from kyc.bench.core import AsyncClient, Measurement, Window, latency_ms, measure_level
 
 ROUNDS = 4
 WINDOW = Window(warmup_s=2.0, window_s=15.0, min_requests=10, max_s=60.0)
@@ -65,8 +65,8 @@ def comparison_report(urls: Sequence[str], pooled: Sequence[Measurement], *,
 def run_comparison(urls: Sequence[str], *, concurrency: int = 1, rounds: int | None = None,
                    window_s: float | None = None) -> dict[str, Any]:
     """Compare the servers at ``urls`` (gRPC host:port) on the kyc_ensemble workload."""
-    from kyc.bench_kyc import KYC_DESCRIPTION, kyc_cases
-    from kyc.bench_scenarios import KycClient
+    from kyc.bench.kyc import KYC_DESCRIPTION, kyc_cases
+    from kyc.bench.scenarios import KycClient
 
     rounds = ROUNDS if rounds is None else rounds
     window = WINDOW if window_s is None else dataclasses.replace(WINDOW, window_s=window_s)

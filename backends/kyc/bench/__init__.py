@@ -1,0 +1,15 @@
+"""``kyc bench``: the served pipeline against its limit, its variants and its peers.
+
+The modules depend one way, from the driver down to the measuring core:
+
+- :mod:`kyc.bench.core`: what is measured and how (options, closed-loop levels,
+  Triton's statistics, the bench's server, its memory) and the report;
+- :mod:`kyc.bench.scenarios`: the scenario groups and :func:`~kyc.bench.scenarios.run_bench`,
+  which runs them; the workloads they send: :mod:`kyc.bench.kyc` (end to end),
+  :mod:`kyc.bench.document` (document reading and its OCR peer),
+  :mod:`kyc.bench.liveness` (liveness sessions), :mod:`kyc.bench.publish` (the first
+  request after a version switch);
+- :mod:`kyc.bench.compare`: ``kyc bench --compare``, running servers side by side;
+- :mod:`kyc.bench.report`: the CSVs and plots of a report; :mod:`kyc.bench.procmem`:
+  the resident memory of a group of processes.
+"""
