@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import tempfile
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +56,7 @@ from .iresnet import (
     build_iresnet,
 )
 from .parity import sample_images, session
+from .torch_onnx import export_network, within_tolerance
 
 logger = logging.getLogger(__name__)
 
@@ -264,24 +264,7 @@ def export_onnx(backbone: IResNet, metadata: Mapping[str, str] | None = None) ->
 
 def _export_backbone(backbone: IResNet) -> onnx.ModelProto:
     """The IResNet alone: ``data`` float ``[N,3,112,112]`` -> ``features`` ``[N,D]``."""
-    dummy = torch.zeros(1, 3, FACE_SIZE, FACE_SIZE)
-    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
-        # The TorchScript exporter is deprecated but present in torch 2.13, and needs
-        # no onnxscript; its output is plain opset-17 ONNX.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        path = Path(tmp) / "backbone.onnx"
-        torch.onnx.export(
-            backbone.eval(),
-            (dummy,),
-            str(path),
-            input_names=["data"],
-            output_names=["features"],
-            dynamic_axes={"data": {0: "N"}, "features": {0: "N"}},
-            opset_version=OPSET,
-            do_constant_folding=True,
-            dynamo=False,
-        )
-        return onnx.load(str(path))
+    return export_network(backbone, (1, 3, FACE_SIZE, FACE_SIZE), "data", "features", OPSET)
 
 
 def check_parity(
@@ -308,13 +291,7 @@ def check_parity(
                 f"{MODEL_NAME}: onnxruntime gives {OUTPUT_NAME} {got.shape}, torch {want.shape}"
             )
         diffs[batch] = float(np.max(np.abs(got.astype(np.float64) - want)))
-    bad = {b: d for b, d in diffs.items() if not d <= tolerance}
-    if bad:
-        detail = ", ".join(f"batch {b}: {d:.3g}" for b, d in bad.items())
-        raise ParityError(
-            f"{MODEL_NAME}: ONNX differs from PyTorch by more than {tolerance:g} ({detail})"
-        )
-    return diffs
+    return within_tolerance(MODEL_NAME, diffs, tolerance)
 
 
 def export_arcface(

@@ -11,6 +11,7 @@ import argparse
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -97,20 +98,15 @@ def _add_arcface_parser(actions: argparse._SubParsersAction) -> None:
         "EMBEDDING float32 [N,D], L2-normalised), checked against PyTorch with onnxruntime. "
         f"Needs PyTorch: {ARCFACE_INSTALL_HINT}.",
     )
-    steps = arcface.add_subparsers(dest="arcface_action", metavar="{export,publish}")
-    steps.required = True
-    export = steps.add_parser("export", help="write model.onnx and print the parity figures")
-    _add_arcface_source(export)
-    export.add_argument("--out", type=Path, required=True, metavar="FILE", help="ONNX file")
-    publish = steps.add_parser(
-        "publish",
+    publish = _add_export_and_publish(
+        arcface,
+        "arcface_action",
+        _add_arcface_source,
         help="publish as the next version of face_embedding; prints the version number",
         description="Export, check, then publish the model as the next version of the model "
         "and set the config's EMBEDDING dims (and match_threshold) to fit it, with no moment "
         "at which a server could load a config with a version that does not fit it.",
     )
-    _add_arcface_source(publish)
-    _add_repository_option(publish)
     publish.add_argument(
         "--model", default="face_embedding", metavar="NAME", help="default: face_embedding"
     )
@@ -133,22 +129,38 @@ def _add_antispoof_parser(actions: argparse._SubParsersAction) -> None:
         "PROBS, REAL), checked against PyTorch with onnxruntime. No trained weights ship "
         f"with this project. Needs PyTorch: {ARCFACE_INSTALL_HINT}.",
     )
-    steps = antispoof.add_subparsers(dest="antispoof_action", metavar="{export,publish}")
-    steps.required = True
-    export = steps.add_parser("export", help="write model.onnx and print the parity figures")
-    _add_antispoof_source(export)
-    export.add_argument("--out", type=Path, required=True, metavar="FILE", help="ONNX file")
-    publish = steps.add_parser(
-        "publish",
+    publish = _add_export_and_publish(
+        antispoof,
+        "antispoof_action",
+        _add_antispoof_source,
         help="publish as face_antispoof and switch liveness_sequence's passive PAD on",
         description="Export, check, publish as the next version of face_antispoof (the "
         "model and its config are created when new), then set liveness_sequence's "
         "antispoof_model, antispoof_scale and antispoof_size parameters. Prints the version.",
     )
-    _add_antispoof_source(publish)
-    _add_repository_option(publish)
     publish.add_argument("--model", default="face_antispoof", metavar="NAME",
                          help="default: face_antispoof")
+
+
+def _add_export_and_publish(
+    parser: argparse.ArgumentParser,
+    dest: str,
+    add_source: Callable[[argparse.ArgumentParser], None],
+    *,
+    help: str,
+    description: str,
+) -> argparse.ArgumentParser:
+    """The steps ``export`` (to a file) and ``publish`` (with this ``help`` and
+    ``description``), both taking the network's source; returns ``publish``'s parser."""
+    steps = parser.add_subparsers(dest=dest, metavar="{export,publish}")
+    steps.required = True
+    export = steps.add_parser("export", help="write model.onnx and print the parity figures")
+    add_source(export)
+    export.add_argument("--out", type=Path, required=True, metavar="FILE", help="ONNX file")
+    publish = steps.add_parser("publish", help=help, description=description)
+    add_source(publish)
+    _add_repository_option(publish)
+    return publish
 
 
 def _add_antifraud_parser(actions: argparse._SubParsersAction) -> None:
@@ -222,6 +234,23 @@ def _progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def _error(command: str, message: object) -> int:
+    """1, after ``<command>: error: <message>`` on stderr."""
+    print(f"{command}: error: {message}", file=sys.stderr)
+    return 1
+
+
+def _publish_error(command: str, exc: Exception) -> int:
+    """1, after the problems a :class:`kyc.repo.publish.PublishError` found and its line."""
+    for problem in exc.problems:
+        print(problem, file=sys.stderr)
+    return _error(command, exc)
+
+
+def _parity(diffs: dict[int, float]) -> str:
+    return ", ".join(f"batch {b} max|diff| {d:.2e}" for b, d in diffs.items())
+
+
 def _fetch(args: argparse.Namespace) -> int:
     if args.download_only:
         for path in download_archives(args.models, cache_dir=args.cache_dir):
@@ -248,17 +277,13 @@ def _arcface(args: argparse.Namespace) -> int:
     except ModuleNotFoundError as exc:
         if exc.name != "torch":
             raise
-        print(f"{command}: error: needs PyTorch: {ARCFACE_INSTALL_HINT}", file=sys.stderr)
-        return 1
+        return _error(command, f"needs PyTorch: {ARCFACE_INSTALL_HINT}")
     try:
         if args.arcface_action == "publish":
             arcface.model_config(args.repository, args.model)  # fail before the export
         return _arcface_export(args, arcface)
     except PublishError as exc:
-        for problem in exc.problems:
-            print(problem, file=sys.stderr)
-        print(f"{command}: error: {exc}", file=sys.stderr)
-        return 1
+        return _publish_error(command, exc)
 
 
 def _arcface_export(args: argparse.Namespace, arcface: ModuleType) -> int:
@@ -269,9 +294,9 @@ def _arcface_export(args: argparse.Namespace, arcface: ModuleType) -> int:
         backbone = arcface.random_backbone(args.arch, args.random_init)
         source = {"kyc.source": f"random init, seed {args.random_init}"}
     exported = arcface.export_arcface(backbone, args.arch, source)
-    parity = ", ".join(f"batch {b} max|diff| {d:.2e}" for b, d in exported.parity.items())
     summary = (
-        f"{args.arch}: EMBEDDING {exported.dims}-d; torch vs onnxruntime {parity} "
+        f"{args.arch}: EMBEDDING {exported.dims}-d; torch vs onnxruntime "
+        f"{_parity(exported.parity)} "
         f"(tolerance {arcface.PARITY_TOLERANCE:g})"
     )
     if args.arcface_action == "export":
@@ -355,14 +380,11 @@ def _antispoof(args: argparse.Namespace) -> int:
     except ModuleNotFoundError as exc:
         if exc.name != "torch":
             raise
-        print(f"{command}: error: needs PyTorch: {ARCFACE_INSTALL_HINT}", file=sys.stderr)
-        return 1
+        return _error(command, f"needs PyTorch: {ARCFACE_INSTALL_HINT}")
     except ValueError as exc:
-        print(f"{command}: error: {exc}", file=sys.stderr)
-        return 1
+        return _error(command, exc)
     scale = scale or exported.scale
-    parity = ", ".join(f"batch {b} max|diff| {d:.2e}" for b, d in exported.parity.items())
-    summary = f"{arch}: torch vs onnxruntime {parity}"
+    summary = f"{arch}: torch vs onnxruntime {_parity(exported.parity)}"
     if args.antispoof_action == "export":
         from ._fs import replace_file
 
@@ -371,18 +393,13 @@ def _antispoof(args: argparse.Namespace) -> int:
         print(f"wrote {args.out} ({args.out.stat().st_size / 1e6:.1f} MB)")
         return 0
     if scale is None:
-        print(f"{command}: error: --scale is needed (the file name does not give it)",
-              file=sys.stderr)
-        return 1
+        return _error(command, "--scale is needed (the file name does not give it)")
     _progress(summary)
     try:
         result = antispoof.publish_antispoof(args.repository, exported.model, scale=scale,
                                              size=minifasnet.INPUT_SIZE, model_name=args.model)
     except PublishError as exc:
-        for problem in exc.problems:
-            print(problem, file=sys.stderr)
-        print(f"{command}: error: {exc}", file=sys.stderr)
-        return 1
+        return _publish_error(command, exc)
     _progress(f"{result.liveness_config}: antispoof_model {result.model}, scale {scale:g}")
     print(result.version)
     return 0

@@ -28,12 +28,10 @@ from __future__ import annotations
 
 import functools
 import re
-import tempfile
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -44,6 +42,7 @@ from .convert import finish_model, preprocess_nodes
 from .errors import ConversionError, ParityError
 from .graph import const, replace_input, replace_outputs, set_metadata, tensor_info
 from .parity import sample_images, session
+from .torch_onnx import export_network, within_tolerance
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
@@ -65,27 +64,25 @@ DDP_PREFIX = "module."
 NESTED_KEY = "state_dict"
 _LISTED_KEYS = 8
 
-# Channel widths of the pruned networks, indexed as the reference indexes its
-# ``keep_dict`` lists: 49 entries, consumed three per depthwise block (expand,
-# depthwise, project) from the offsets in _LAYOUT below.
-_WIDTHS: dict[str, tuple[int, ...]] = {
-    # MiniFASNetV1 / V1SE ('1.8M' in the reference)
-    "1.8M": (
-        32, 32, 103, 103, 64, 13, 13, 64, 26, 26,
-        64, 13, 13, 64, 52, 52, 64, 231, 231, 128,
-        154, 154, 128, 52, 52, 128, 26, 26, 128, 52,
-        52, 128, 26, 26, 128, 26, 26, 128, 308, 308,
-        128, 26, 26, 128, 26, 26, 128, 512, 512,
-    ),
-    # MiniFASNetV2 / V2SE ('1.8M_' in the reference)
-    "1.8M_": (
-        32, 32, 103, 103, 64, 13, 13, 64, 13, 13,
-        64, 13, 13, 64, 13, 13, 64, 231, 231, 128,
-        231, 231, 128, 52, 52, 128, 26, 26, 128, 77,
-        77, 128, 26, 26, 128, 26, 26, 128, 308, 308,
-        128, 26, 26, 128, 26, 26, 128, 512, 512,
-    ),
-}  # fmt: skip
+# Channel widths of the pruned networks, as the reference's ``keep_dict`` lists them:
+# 49 entries: conv1 and conv2_dw (32, 32), then three per depthwise block (expand,
+# depthwise, project: the first two are always equal), consumed from the offsets in
+# _LAYOUT below, then conv_6_sep and conv_6_dw (512, 512). The 15 blocks project to 64
+# channels (the first five) or 128; the two lists differ only in some blocks' expansions.
+_EXPANSIONS: dict[str, tuple[int, ...]] = {
+    "1.8M": (103, 13, 26, 13, 52, 231, 154, 52, 26, 52, 26, 26, 308, 26, 26),  # V1 / V1SE
+    "1.8M_": (103, 13, 13, 13, 13, 231, 231, 52, 26, 77, 26, 26, 308, 26, 26),  # V2 / V2SE
+}
+_PROJECTIONS = (64,) * 5 + (128,) * 10
+
+
+def _keep_list(expansions: Sequence[int]) -> tuple[int, ...]:
+    """The reference's 49-entry ``keep_dict`` list for these block expansions."""
+    blocks = (width for e, p in zip(expansions, _PROJECTIONS, strict=True) for width in (e, e, p))
+    return (32, 32, *blocks, 512, 512)
+
+
+_WIDTHS = {key: _keep_list(expansions) for key, expansions in _EXPANSIONS.items()}
 # arch -> (widths, squeeze-excitation in the last block of each residual stage,
 # dropout probability of the reference's factory; dropout holds no weights).
 _ARCH_SPEC: dict[str, tuple[str, bool, float]] = {
@@ -194,6 +191,17 @@ def _layers() -> SimpleNamespace:
     names are ours (a state_dict does not record them)."""
     from torch import nn
 
+    conv = _conv_classes(nn)
+    classes = SimpleNamespace(**vars(conv), **vars(_stage_classes(nn, conv)))
+    classes.MiniFASNet = _network_class(nn, classes)
+    for cls in vars(classes).values():  # picklable as kyc_export.minifasnet.<name>
+        cls.__module__, cls.__qualname__ = __name__, cls.__name__
+    return classes
+
+
+def _conv_classes(nn: ModuleType) -> SimpleNamespace:
+    """ConvBlock, LinearBlock and SqueezeExcite: the convolutions the blocks are made of."""
+
     class ConvBlock(nn.Module):
         """conv (no bias) -> BatchNorm -> PReLU (the reference's ``Conv_block``)."""
 
@@ -237,6 +245,13 @@ def _layers() -> SimpleNamespace:
             gate = self.relu(self.bn1(self.fc1(self.avg_pool(x))))
             return x * self.sigmoid(self.bn2(self.fc2(gate)))
 
+    return SimpleNamespace(ConvBlock=ConvBlock, LinearBlock=LinearBlock,
+                           SqueezeExcite=SqueezeExcite)
+
+
+def _stage_classes(nn: ModuleType, conv: SimpleNamespace) -> SimpleNamespace:
+    """DepthWise and Residual, built of ``conv``'s classes."""
+
     class DepthWise(nn.Module):
         """1x1 expand -> 3x3 depthwise (``stride``) -> 1x1 linear projection, plus the
         input when ``residual``; ``se`` gates the projection before the sum
@@ -246,12 +261,12 @@ def _layers() -> SimpleNamespace:
                      residual: bool, se: bool) -> None:
             super().__init__()
             cin, expand, dw, out = widths[offset:offset + 4]
-            self.conv = ConvBlock(cin, expand)
-            self.conv_dw = ConvBlock(expand, dw, 3, stride, 1, groups=expand)
-            self.project = LinearBlock(dw, out)
+            self.conv = conv.ConvBlock(cin, expand)
+            self.conv_dw = conv.ConvBlock(expand, dw, 3, stride, 1, groups=expand)
+            self.project = conv.LinearBlock(dw, out)
             self.residual = residual
             if se:
-                self.se_module = SqueezeExcite(out, SE_REDUCTION)
+                self.se_module = conv.SqueezeExcite(out, SE_REDUCTION)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             y = self.project(self.conv_dw(self.conv(x)))
@@ -275,6 +290,13 @@ def _layers() -> SimpleNamespace:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.model(x)
 
+    return SimpleNamespace(DepthWise=DepthWise, Residual=Residual)
+
+
+def _network_class(nn: ModuleType, blocks: SimpleNamespace) -> type:
+    """MiniFASNet, built of ``blocks``' classes."""
+    ConvBlock, LinearBlock = blocks.ConvBlock, blocks.LinearBlock  # noqa: N806 - classes
+
     class MiniFASNet(nn.Module):
         """float ``[N,3,S,S]`` (BGR, 0..255) -> logits ``[N,num_classes]``."""
 
@@ -289,11 +311,11 @@ def _layers() -> SimpleNamespace:
             self.embedding_size = EMBEDDING_SIZE
             self.conv1 = ConvBlock(3, w[0], 3, 2, 1)
             self.conv2_dw = ConvBlock(w[0], w[1], 3, 1, 1, groups=w[1])
-            for name, offset, blocks, stride in _LAYOUT:
+            for name, offset, count, stride in _LAYOUT:
                 if stride == 1:
-                    layer = Residual(w, offset, blocks, se)
+                    layer = blocks.Residual(w, offset, count, se)
                 else:
-                    layer = DepthWise(w, offset, stride, residual=False, se=False)
+                    layer = blocks.DepthWise(w, offset, stride, residual=False, se=False)
                 setattr(self, name, layer)
             self.conv_6_sep = ConvBlock(w[46], w[47])
             # Four stride-2 layers leave ceil(size / 16) pixels a side: the depthwise
@@ -314,13 +336,7 @@ def _layers() -> SimpleNamespace:
                 x = self.linear(x)
             return self.prob(self.drop(self.bn(x)))
 
-    classes = SimpleNamespace(
-        ConvBlock=ConvBlock, LinearBlock=LinearBlock, SqueezeExcite=SqueezeExcite,
-        DepthWise=DepthWise, Residual=Residual, MiniFASNet=MiniFASNet,
-    )
-    for cls in vars(classes).values():  # picklable as kyc_export.minifasnet.<name>
-        cls.__module__, cls.__qualname__ = __name__, cls.__name__
-    return classes
+    return MiniFASNet
 
 
 def __getattr__(name: str) -> Any:
@@ -568,26 +584,7 @@ def to_onnx(model: torch.nn.Module, opset: int = OPSET) -> onnx.ModelProto:
 
 def _export_network(model: torch.nn.Module, size: int, opset: int) -> onnx.ModelProto:
     """The network alone: ``data`` float ``[N,3,S,S]`` -> ``logits`` ``[N,C]``."""
-    import torch
-
-    dummy = torch.zeros(1, 3, size, size)
-    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
-        # The TorchScript exporter is deprecated but present in torch 2.13 and needs
-        # no onnxscript; it writes plain ONNX at the requested opset.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        path = Path(tmp) / "minifasnet.onnx"
-        torch.onnx.export(
-            model.eval(),
-            (dummy,),
-            str(path),
-            input_names=["data"],
-            output_names=["logits"],
-            dynamic_axes={"data": {0: "N"}, "logits": {0: "N"}},
-            opset_version=opset,
-            do_constant_folding=True,
-            dynamo=False,
-        )
-        return onnx.load(str(path))
+    return export_network(model, (1, 3, size, size), "data", "logits", opset)
 
 
 def check_parity(
@@ -628,14 +625,7 @@ def check_parity(
         if not np.array_equal(real, probs[:, REAL_CLASS]):
             raise ParityError(f"{MODEL_NAME}: {REAL_NAME} is not {PROBS_NAME}[:, {REAL_CLASS}]")
         diffs[batch] = float(np.max(np.abs(probs.astype(np.float64) - want)))
-    bad = {b: d for b, d in diffs.items() if not d <= PARITY_TOLERANCE}
-    if bad:
-        detail = ", ".join(f"batch {b}: {d:.3g}" for b, d in bad.items())
-        raise ParityError(
-            f"{MODEL_NAME}: ONNX differs from PyTorch by more than {PARITY_TOLERANCE:g} "
-            f"({detail})"
-        )
-    return diffs
+    return within_tolerance(MODEL_NAME, diffs, PARITY_TOLERANCE)
 
 
 def export(

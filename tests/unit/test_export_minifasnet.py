@@ -113,19 +113,23 @@ def test_every_architecture_builds_and_gives_3_logits_per_80x80_crop(arch, batch
 
 
 @pytest.mark.parametrize(
-    ("arch", "keys", "parameters_m"),
-    # Parameter counts in millions, as the reference's comments give them for V1/V2.
-    [("MiniFASNetV1", 334, 0.41), ("MiniFASNetV2", 334, 0.43),
-     ("MiniFASNetV1SE", 370, 0.43), ("MiniFASNetV2SE", 370, 0.45)],
+    ("arch", "keys", "parameters_m", "parameters"),
+    # Parameter counts in millions, as the reference's comments give them for V1/V2, and
+    # exact (they pin every channel width of its keep_dict lists).
+    [("MiniFASNetV1", 334, 0.41, 414354), ("MiniFASNetV2", 334, 0.43, 434560),
+     ("MiniFASNetV1SE", 370, 0.43, 433586), ("MiniFASNetV2SE", 370, 0.45, 453792)],
 )
-def test_architectures_have_the_reference_key_names_and_sizes(arch, keys, parameters_m):
+def test_architectures_have_the_reference_key_names_and_sizes(arch, keys, parameters_m,
+                                                              parameters):
     state = minifasnet.build(arch).state_dict()
     shapes = {k: tuple(v.shape) for k, v in state.items()}
     widths = 13 if arch.startswith("MiniFASNetV2") else 26  # keep[8] of '1.8M_' / '1.8M'
+    learned = sum(v.numel() for k, v in state.items()
+                  if "running" not in k and "num_batches" not in k)
 
     assert len(state) == keys
-    assert round(sum(v.numel() for k, v in state.items() if "running" not in k
-                     and "num_batches" not in k) / 1e6, 2) == parameters_m
+    assert round(learned / 1e6, 2) == parameters_m
+    assert learned == parameters
     assert shapes["conv1.conv.weight"] == (32, 3, 3, 3)
     assert shapes["conv2_dw.conv.weight"] == (32, 1, 3, 3)
     assert shapes["conv_23.conv_dw.conv.weight"] == (103, 1, 3, 3)
