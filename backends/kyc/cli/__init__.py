@@ -1,0 +1,103 @@
+"""``kyc``: the project's command line (serve, verify, repository tools, model weights)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from kyc import __version__
+from kyc.cli.bench import BENCH_GROUPS, add_bench_parser, bench_output_dir
+from kyc.cli.repo import DEFAULT_REPOSITORY, DEFAULT_STATUS_PORT, add_repo_parser
+from kyc.cli.serve import add_serve_parser
+
+__all__ = [
+    "BENCH_GROUPS",
+    "DEFAULT_HEALTH_URL",
+    "DEFAULT_REPOSITORY",
+    "DEFAULT_STATUS_PORT",
+    "bench_output_dir",
+    "build_parser",
+    "cmd_health",
+    "entrypoint_http_url",
+    "main",
+]
+
+def _setup_logging(verbose: bool = False) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+# -- health -----------------------------------------------------------------------
+DEFAULT_HEALTH_URL = "127.0.0.1:8000"
+# In the image, `kyc serve` is PID 1 (the ENTRYPOINT, exec form).
+ENTRYPOINT_CMDLINE = Path("/proc/1/cmdline")
+
+
+def entrypoint_http_url(cmdline: Path = ENTRYPOINT_CMDLINE) -> str | None:
+    """The HTTP host:port of the ``kyc serve`` whose command line is ``cmdline``, else None.
+
+    The image's HEALTHCHECK runs ``kyc health`` with no --url: it must follow the port that
+    options after the image name gave (``docker run ... kyc-triton --http-port 9000``), so
+    it reads them from the entrypoint's own command line, parsed by the same parser.
+    """
+    from kyc.runtime.server import ServerOptions
+
+    try:
+        argv = [a.decode(errors="replace") for a in cmdline.read_bytes().split(b"\0") if a]
+    except OSError:
+        return None
+    start = next((i for i, a in enumerate(argv) if Path(a).name == "kyc"), None)
+    if start is None or argv[start + 1:start + 2] != ["serve"]:
+        return None
+    try:
+        args = build_parser().parse_args(argv[start + 1:])
+    except SystemExit:  # argparse's way to refuse; that server would not have started
+        return None
+    return ServerOptions(Path(), http_port=args.http_port, address=args.address).http_url
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    from kyc.runtime.server import is_ready
+
+    url = args.url or entrypoint_http_url() or DEFAULT_HEALTH_URL
+    return 0 if is_ready(url, timeout=args.timeout) else 1
+
+
+def add_health_parser(sub: argparse._SubParsersAction) -> None:
+    health = sub.add_parser("health", help="exit 0 when the server is ready")
+    health.add_argument("--url", default=None,
+                        help="HTTP host:port (default: that of the `kyc serve` that is PID 1, "
+                             f"as in the image, else {DEFAULT_HEALTH_URL})")
+    health.add_argument("--timeout", type=float, default=3.0)
+    health.set_defaults(func=cmd_health)
+
+
+# -- parser -------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    from kyc.cli.verify import add_parsers as add_verify_parsers
+    from kyc.ops.cli import add_parsers as add_deploy_parsers
+    from kyc_export.cli import add_models_parser
+
+    parser = argparse.ArgumentParser(prog="kyc", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"kyc {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_serve_parser(sub)
+    add_repo_parser(sub)
+    add_models_parser(sub)
+    add_bench_parser(sub)
+    add_verify_parsers(sub)
+    add_deploy_parsers(sub)
+    add_health_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _setup_logging(args.verbose)
+    return int(args.func(args) or 0)

@@ -1,0 +1,10 @@
+"""``python -m kyc.cli``: the ``kyc`` command."""
+
+from __future__ import annotations
+
+import sys
+
+from kyc.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""``kyc bench``: the command line of :mod:`kyc.bench`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from kyc.cli.repo import DEFAULT_REPOSITORY
+
+# kyc.bench.core.GROUPS (not imported: the CLI starts without numpy)
+BENCH_GROUPS = ("kyc", "batching", "liveness", "document", "publish")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _levels(text: str) -> tuple[int, ...]:
+    try:
+        levels = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text}") \
+            from None
+    if not levels or min(levels) < 1:
+        raise argparse.ArgumentTypeError("concurrency levels must be at least 1")
+    return levels
+
+
+def add_bench_parser(sub: argparse._SubParsersAction) -> None:
+    bench = sub.add_parser("bench", help="throughput and latency of the served pipeline "
+                                          "against its in-process limit, batching off and "
+                                          "the OCR peer, concurrency swept")
+    bench.add_argument("--quick", action="store_true", help="a short run (under 3 minutes)")
+    bench.add_argument("--json", type=Path, default=None, help="write the figures to FILE")
+    bench.add_argument("--out", type=Path, default=None,
+                       help="directory for the CSVs (perf_analyzer columns) and plots "
+                            "(default: FILE-files beside --json, else ./bench-results)")
+    bench.add_argument("--scenario", action="append", choices=BENCH_GROUPS, default=[],
+                       help="run only this scenario group (repeatable; default: all)")
+    bench.add_argument("--levels", type=_levels, default=None,
+                       help="concurrency levels, e.g. 1,4,16 (default: each group's own)")
+    bench.add_argument("--window-s", type=float, default=None,
+                       help="measured window per level, seconds")
+    bench.add_argument("--url", default=None,
+                       help="a running server's gRPC host:port instead of starting one "
+                            "(batching variants need --admin-key and explicit mode)")
+    bench.add_argument("--admin-key", default=None,
+                       help="that server's model-repository API admin key")
+    bench.add_argument("--compare", action="append", default=[], metavar="HOST:PORT",
+                       help="instead of the scenarios: kyc_ensemble on these running servers "
+                            "(gRPC; repeat, at least two), window after window in turns, "
+                            "latencies pooled per server (concurrency: the first of --levels, "
+                            "default 1)")
+    bench.add_argument("--rounds", type=_positive_int, default=None,
+                       help="with --compare: measured windows per server")
+    bench.add_argument("--model-repository", type=Path, default=DEFAULT_REPOSITORY)
+    bench.set_defaults(func=cmd_bench)
+
+
+def bench_output_dir(json_path: Path | None, out: Path | None) -> Path:
+    """Where the CSVs and plots go: --out, else beside the JSON file, else ./bench-results."""
+    if out is not None:
+        return out
+    if json_path is not None:
+        return json_path.parent / f"{json_path.stem}-files"
+    return Path("bench-results")
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from kyc.bench.core import BenchError, BenchOptions, format_table, total_errors, write_json
+    from kyc.bench.report import write_csvs, write_plots
+    from kyc.bench.scenarios import run_bench
+    from kyc.runtime.triton import TritonNotFoundError
+
+    if args.compare:
+        return _bench_compare(args)
+    try:
+        options = BenchOptions.for_run(quick=args.quick, model_repository=args.model_repository,
+                                       groups=args.scenario, levels=args.levels or (),
+                                       window_s=args.window_s, url=args.url,
+                                       admin_key=args.admin_key)
+        report = run_bench(options)
+    except (BenchError, TritonNotFoundError, OSError) as exc:
+        print(f"kyc bench: {exc}", file=sys.stderr)
+        return 1
+    out = bench_output_dir(args.json, args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    plots = write_plots(report, out)
+    report["files"] = {"csv": [str(p) for p in write_csvs(report, out)],
+                       "plots": [str(p) for p in plots["files"]],
+                       "plots_skipped": plots["skipped"]}
+    print(format_table(report))
+    print(f"CSV and plots in {out}" + (f" (plots skipped: {plots['skipped']})"
+                                       if plots["skipped"] else ""))
+    if args.json is not None:
+        write_json(report, args.json)
+    errors = total_errors(report)
+    if errors:
+        print(f"kyc bench: {errors} request(s) failed", file=sys.stderr)
+    return 1 if errors else 0
+
+
+def _bench_compare(args: argparse.Namespace) -> int:
+    from kyc.bench.compare import format_comparison, run_comparison
+    from kyc.bench.core import write_json
+
+    if len(args.compare) < 2:
+        print("kyc bench --compare: name at least two servers (--compare HOST:PORT twice)",
+              file=sys.stderr)
+        return 2
+    levels = args.levels or (1,)
+    try:
+        report = run_comparison(args.compare, concurrency=levels[0], rounds=args.rounds,
+                                window_s=args.window_s)
+    except (OSError, RuntimeError) as exc:
+        print(f"kyc bench --compare: {exc}", file=sys.stderr)
+        return 1
+    print(format_comparison(report))
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        write_json(report, args.json)
+    errors = sum(s["errors"] for s in report["servers"])
+    if errors:
+        print(f"kyc bench --compare: {errors} request(s) failed", file=sys.stderr)
+    return 1 if errors else 0
