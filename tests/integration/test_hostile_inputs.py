@@ -1,4 +1,4 @@
-"""The hostile-input corpus (kyc.hostile) against a real server of its own.
+"""The hostile-input corpus (tests/hostile.py) against a real server of its own.
 
 Every request must end as its case says (its own INVALID_ARGUMENT with a clear
 message, or the documented safe result), valid requests sharing its batches are
@@ -23,7 +23,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from PIL import Image
 
-from kyc import hostile
+import hostile
 from kyc.bench.core import process_memory
 from kyc.document.synthetic import Degradation, random_identity, render_document
 from kyc.repo.config import load_config

@@ -38,9 +38,9 @@ from kyc.budgets import (
     with_queue_policy,
 )
 from kyc.client import KycClient, RetryPolicy
-from kyc.loadgen import OK, closed_loop_rate, run_open_loop, summarize, triton_starter
 from kyc_export.fetch import fetch_test_photos
 from kyc_testing import SHIPPED_REPOSITORY, copy_tree, require_weights, start_server
+from loadgen import OK, closed_loop_rate, run_open_loop, summarize, triton_starter
 
 pytestmark = pytest.mark.integration
 

@@ -23,8 +23,8 @@ from PIL import Image
 
 from kyc.bench.core import process_memory
 from kyc.document.synthetic import Degradation, random_identity, render_document
-from kyc.loadgen import closed_loop_rate, run_open_loop, split_by_time, summarize, triton_starter
 from kyc_export.fetch import fetch_test_photos
+from loadgen import closed_loop_rate, run_open_loop, split_by_time, summarize, triton_starter
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from kyc import hostile
+import hostile
 from kyc.image import ImageError, ImageLimits, decode_image
 
 LIMITS = {"face_preprocess": 1000, "document_ocr": 1000, "kyc_ensemble": 1000,

@@ -16,8 +16,8 @@ import pytest
 from PIL import Image
 
 import fake_triton
+import hostile
 from fake_triton import FakeError, FakeTensor
-from kyc import hostile
 from kyc.image import ImageError, ImageLimits, check_image, decode_image
 from kyc.intake import IMAGE_INPUTS, IntakeSettings, check_images
 from kyc.intake.model import TritonPythonModel

@@ -8,7 +8,7 @@ import threading
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from kyc.loadgen import (
+from loadgen import (
     OK,
     Outcome,
     arrival_times,
