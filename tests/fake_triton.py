@@ -79,3 +79,25 @@ def install(monkeypatch) -> types.ModuleType:
     module.calls = []
     monkeypatch.setitem(sys.modules, "triton_python_backend_utils", module)
     return module
+
+
+def served(repository, name: str, parameters: dict | None = None):
+    """``name``'s ``TritonPythonModel``, loaded from its ``1/model.py`` in ``repository``
+    as the stub loads it, and initialized with its config (``parameters`` override
+    the config's). Install the fake module first."""
+    import importlib.util
+    import json
+
+    from kyc.pipeline.modelconfig import config_dict, load_config
+
+    config = config_dict(load_config(repository / name / "config.pbtxt"))
+    for key, value in (parameters or {}).items():
+        config.setdefault("parameters", {})[key] = {"string_value": value}
+    spec = importlib.util.spec_from_file_location(f"_served_{name}",
+                                                  repository / name / "1" / "model.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model = module.TritonPythonModel()
+    model.initialize({"model_config": json.dumps(config), "model_name": name,
+                      "model_version": "1", "model_repository": str(repository / name)})
+    return model

@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from kyc.dtypes import numpy_dtype
-from kyc.triton_glue import RequestError
+from kyc.pipeline.step import Request, RequestError, StepContext, StepError
+from kyc.pipeline.triton import instance_count
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +211,7 @@ class OnnxBatchRunner:
         else:
             for i in prepared:
                 self._run_group([i], prepared, results, concatenate=False)
-        return [r if r is not None else RuntimeError("no result") for r in results]
+        return [r if r is not None else StepError("no result") for r in results]
 
     def _run_group(
         self,
@@ -232,7 +233,7 @@ class OnnxBatchRunner:
         except Exception as exc:  # a failed run answers only this group
             log.warning("onnxruntime run failed for %d requests: %s", len(members), exc)
             for i in members:
-                results[i] = RuntimeError(f"onnxruntime failed: {exc}")
+                results[i] = StepError(f"onnxruntime failed: {exc}")
             return
         arrays = [
             np.asarray(out, dtype=spec.dtype)
@@ -244,7 +245,7 @@ class OnnxBatchRunner:
             sizes = [_batch_size(prepared[i]) for i in members]
             total = sum(sizes)
             if any(a.shape[:1] != (total,) for a in arrays):
-                err = RuntimeError("model outputs do not have one row per batch item")
+                err = StepError("model outputs do not have one row per batch item")
                 for i in members:
                     results[i] = err
                 return
@@ -272,40 +273,28 @@ def _decode_strings(name: str, array: np.ndarray) -> np.ndarray:
     return np.array(flat, dtype=np.object_).reshape(array.shape)
 
 
-class TritonPythonModel:
-    """Python-based ``onnxruntime`` backend (glue in ``local_backends/onnxruntime``)."""
+class OnnxStep:
+    """A model file served with onnxruntime, as a step (the local ``onnxruntime``
+    backend, and the ONNX models of :mod:`kyc.pipeline.local`)."""
 
-    def initialize(self, args: dict[str, str]) -> None:
-        from kyc.triton_glue import instance_count, parse_model_config
+    def __init__(self, runner: OnnxBatchRunner) -> None:
+        self.runner = runner
 
-        config = parse_model_config(args)
+    @classmethod
+    def from_context(cls, context: StepContext) -> OnnxStep:
+        config = context.config
         settings = OnnxModelSettings.from_config(
-            config, Path(args["model_repository"]), args["model_version"], instance_count(config)
-        )
-        if settings.cpu_nice:
+            config, context.own_dir, context.version, instance_count(config))
+        if settings.cpu_nice and context.in_server:
             from kyc.runtime.priority import lower_cpu_priority
 
             # Before the session: its thread pool inherits the niceness.
             lower_cpu_priority(settings.cpu_nice)
-        self.runner = OnnxBatchRunner(settings, make_session(settings))
-        log.info(
-            "%s: serving %s with onnxruntime on CPU (%d intra-op threads, nice %d)",
-            args["model_name"],
-            settings.model_file.name,
-            settings.intra_op_threads,
-            settings.cpu_nice,
-        )
+        step = cls(OnnxBatchRunner(settings, make_session(settings)))
+        log.info("%s: serving %s with onnxruntime on CPU (%d intra-op threads, nice %d)",
+                 context.model, settings.model_file.name, settings.intra_op_threads,
+                 settings.cpu_nice)
+        return step
 
-    def execute(self, requests: list) -> list:
-        from kyc.triton_glue import error_response, input_arrays, tensor_response
-
-        inputs = [input_arrays(r, self.runner.input_names) for r in requests]
-        responses = []
-        for result in self.runner.run(inputs):
-            if isinstance(result, Exception):
-                responses.append(
-                    error_response(str(result), invalid_argument=isinstance(result, RequestError))
-                )
-            else:
-                responses.append(tensor_response(result))
-        return responses
+    def run(self, requests: Sequence[Request]) -> list[Result]:
+        return self.runner.run([r.inputs for r in requests])

@@ -112,15 +112,3 @@ def test_the_manifest_pins_the_same_features():
     from kyc_export.manifest import load_manifest
 
     assert tuple(load_manifest().trained["antifraud"]["features"]) == FEATURES
-
-
-def test_mrz_lines_are_found_among_the_readings_though_corrected_and_padded():
-    from kyc.decision.model import mrz_text_lines
-
-    lines = [{"text": "PASSPORT"}, {"text": "Dubois"},
-             {"text": "P<UTODUBOIS<<MARC0<<<<<<"},  # fillers merged, O read as 0
-             {"text": "0760902536UTO7406014M30072735568043739<<46"}]
-    mrz = ["P<UTODUBOIS<<MARCO<<<<<<<<<<<<<<<<<<<<<<<<<<",
-           "0760902536UTO7406014M30072735568043739<<<<46"]
-    assert mrz_text_lines(lines, mrz) == {2, 3}
-    assert mrz_text_lines(lines[:2], mrz) == set()

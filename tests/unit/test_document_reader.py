@@ -13,13 +13,8 @@ import pytest
 
 import fake_triton
 from fake_triton import FakeError, FakeResponse, FakeTensor
-from kyc.document.model import (
-    OcrPostprocessModel,
-    OcrPreprocessModel,
-    PreprocessSettings,
-    prepare_page,
-    rec_alphabet,
-)
+from kyc.document.step import PreprocessSettings, prepare_page, rec_alphabet
+from kyc.pipeline.modelconfig import Repository
 from kyc.document.synthetic import Degradation, random_identity, render_document
 from kyc_testing import SHIPPED_REPOSITORY, require_weights
 
@@ -46,10 +41,8 @@ def pb(monkeypatch, sessions):
     return module
 
 
-def model_args(name: str, parameters: dict | None = None) -> dict:
-    config = {"parameters": {k: {"string_value": v} for k, v in (parameters or {}).items()}}
-    return {"model_config": json.dumps(config), "model_name": name, "model_version": "1",
-            "model_repository": str(SHIPPED_REPOSITORY / name)}
+def served(name: str, parameters: dict | None = None):
+    return fake_triton.served(SHIPPED_REPOSITORY, name, parameters)
 
 
 def rendered(seed: int, kind: str = "td1"):
@@ -59,10 +52,8 @@ def rendered(seed: int, kind: str = "td1"):
 
 def test_one_execute_reads_every_document_with_batched_recogniser_calls(pb, sessions):
     docs = [rendered(1), rendered(2, "td3")]
-    pre = OcrPreprocessModel()
-    pre.initialize(model_args("ocr_preprocess"))
-    post = OcrPostprocessModel()
-    post.initialize(model_args("ocr_postprocess"))
+    pre = served("ocr_preprocess")
+    post = served("ocr_postprocess")
     requests = []
     for doc in docs:
         image = FakeTensor("IMAGE", np.array([[doc.jpeg_bytes()]], dtype=np.object_))
@@ -80,7 +71,7 @@ def test_one_execute_reads_every_document_with_batched_recogniser_calls(pb, sess
     alone = [call.inputs[0].as_numpy().shape[0] for call in pb.calls]
     # Each crop once (MRZ lines included), at most rec_max_batch per call, and the
     # crops of both documents share calls.
-    assert sum(together) == sum(alone) and max(together) <= post.settings.rec_max_batch
+    assert sum(together) == sum(alone) and max(together) <= post.step.reader.settings.rec_max_batch
     assert len(together) < len(alone)
     for doc, response in zip(docs, responses, strict=True):
         document = json.loads(response.outputs()["DOCUMENT"][0, 0])
@@ -89,8 +80,7 @@ def test_one_execute_reads_every_document_with_batched_recogniser_calls(pb, sess
 
 
 def test_preprocess_refuses_bad_bytes_per_request(pb):
-    pre = OcrPreprocessModel()
-    pre.initialize(model_args("ocr_preprocess"))
+    pre = served("ocr_preprocess")
     good = FakeTensor("IMAGE", np.array([[rendered(3).jpeg_bytes()]], dtype=np.object_))
     bad = FakeTensor("IMAGE", np.array([[b"junk"]], dtype=np.object_))
     responses = pre.execute([{"IMAGE": bad}, {"IMAGE": good}])
@@ -99,8 +89,7 @@ def test_preprocess_refuses_bad_bytes_per_request(pb):
 
 
 def test_postprocess_refuses_inputs_that_do_not_belong_together(pb):
-    post = OcrPostprocessModel()
-    post.initialize(model_args("ocr_postprocess"))
+    post = served("ocr_postprocess")
     request = {"CANVAS": FakeTensor("CANVAS", np.zeros((1, 64, 64, 3), np.uint8)),
                "PROB_MAP": FakeTensor("PROB_MAP", np.zeros((1, 32, 32), np.float32)),
                "SCALE": FakeTensor("SCALE", np.ones((1, 2), np.float32))}
@@ -110,8 +99,7 @@ def test_postprocess_refuses_inputs_that_do_not_belong_together(pb):
 
 def test_a_failing_recogniser_answers_the_batch_with_internal_errors(pb, sessions):
     pb.models["ocr_rec"] = lambda inputs: FakeResponse(error=FakeError("boom"))
-    post = OcrPostprocessModel()
-    post.initialize(model_args("ocr_postprocess"))
+    post = served("ocr_postprocess")
     canvas, scale = prepare_page(rendered(4).jpeg_bytes(), PreprocessSettings())
     prob = sessions[0].run(["PROB_MAP"], {"IMAGES": canvas[None]})[0]
     request = {"CANVAS": FakeTensor("CANVAS", canvas[None]),
@@ -122,16 +110,15 @@ def test_a_failing_recogniser_answers_the_batch_with_internal_errors(pb, session
 
 def test_the_alphabet_is_the_recognisers_dictionary_plus_space():
     require_weights()
-    alphabet = rec_alphabet(SHIPPED_REPOSITORY, "ocr_rec")
+    alphabet = rec_alphabet(Repository(SHIPPED_REPOSITORY), "ocr_rec")
     assert len(alphabet) == 96 and alphabet[-1] == " " and "<" in alphabet
 
 
 def test_a_failure_while_reporting_one_document_answers_only_that_request(pb, sessions,
                                                                           monkeypatch):
-    from kyc.document import model as document_model
+    from kyc.document import step as document_model
 
-    post = OcrPostprocessModel()
-    post.initialize(model_args("ocr_postprocess"))
+    post = served("ocr_postprocess")
     canvas, scale = prepare_page(rendered(5).jpeg_bytes(), PreprocessSettings())
     prob = sessions[0].run(["PROB_MAP"], {"IMAGES": canvas[None]})[0]
     request = {"CANVAS": FakeTensor("CANVAS", canvas[None]),
@@ -161,7 +148,7 @@ def reader_counting_rows(sessions):
         calls.append(batch.shape[:3:2])
         return sessions[1].run(["PROBS"], {"IMAGES": batch})[0]
 
-    return DocumentReader(OcrSettings(), rec_alphabet(SHIPPED_REPOSITORY, "ocr_rec"),
+    return DocumentReader(OcrSettings(), rec_alphabet(Repository(SHIPPED_REPOSITORY), "ocr_rec"),
                           recognise), calls
 
 

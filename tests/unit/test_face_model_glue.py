@@ -1,4 +1,4 @@
-"""face_preprocess's TritonPythonModel glue, with a stand-in for triton_python_backend_utils.
+"""face_preprocess served through the step adapter (kyc.pipeline.triton), with a stand-in for triton_python_backend_utils.
 
 The BLS callee is the real face_detector ONNX run in-process; the served path is
 tested against a real server in tests/integration/test_face_path.py.
@@ -13,7 +13,6 @@ import pytest
 
 import fake_triton
 from fake_triton import FakeError, FakeResponse, FakeTensor
-from kyc.face.model import TritonPythonModel
 from kyc_export import fetch
 from kyc_testing import SHIPPED_REPOSITORY, require_weights
 
@@ -47,11 +46,8 @@ def shipped_config() -> dict:
 
 
 @pytest.fixture
-def model(pb) -> TritonPythonModel:
-    m = TritonPythonModel()
-    m.initialize({"model_config": json.dumps(shipped_config()), "model_name": "face_preprocess",
-                  "model_version": "1", "model_repository": str(CONFIG_PATH.parent)})
-    return m
+def model(pb):
+    return fake_triton.served(SHIPPED_REPOSITORY, "face_preprocess")
 
 
 def image_request(*images: bytes) -> dict:
@@ -130,6 +126,6 @@ def test_nothing_raises_out_of_execute(model, photo, monkeypatch):
     def broken(images):
         raise MemoryError
 
-    monkeypatch.setattr(model.preprocessor, "run", broken)
+    monkeypatch.setattr(model.step.preprocessor, "run", broken)
     responses = model.execute([image_request(photo), image_request(photo)])
     assert [r.error().code for r in responses] == [FakeError.INTERNAL] * 2

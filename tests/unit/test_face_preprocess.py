@@ -85,14 +85,6 @@ def test_small_images_are_not_blown_up_to_the_full_canvas(detector, photos):
     assert detector.sides[-1] == 640  # the batch takes the canvas of its largest image
 
 
-def test_the_batch_is_split_only_beyond_the_detector_batch_size(detector, photos):
-    settings = FaceSettings(detector_size=320, detector_max_batch=4)
-    detector.batches.clear()
-    results = FacePreprocessor(settings, detector).run([photos["person_a_1"]] * 6)
-    assert detector.batches == [4, 2]
-    assert all(r.found for r in results)
-
-
 @pytest.mark.parametrize("turns", [1, 2, 3])
 def test_a_photo_turned_in_pixels_is_found_by_the_rotation_retry(preprocessor, detector, photos,
                                                                    turns):

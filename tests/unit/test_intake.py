@@ -9,7 +9,6 @@ front of every step that reads a client image, with the strictest limits.
 from __future__ import annotations
 
 import io
-import json
 
 import numpy as np
 import pytest
@@ -20,7 +19,6 @@ import hostile
 from fake_triton import FakeError, FakeTensor
 from kyc.image import ImageError, ImageLimits, check_image, decode_image
 from kyc.intake import IMAGE_INPUTS, IntakeSettings, check_images
-from kyc.intake.model import TritonPythonModel
 from kyc.repo.config import load_config
 from kyc.settings import from_parameters
 from kyc_export.fetch import fetch_test_photos
@@ -79,17 +77,9 @@ def test_check_images_names_the_first_bad_input(photos):
 
 
 @pytest.fixture
-def model(monkeypatch) -> TritonPythonModel:
-    from google.protobuf import json_format
-
+def model(monkeypatch):
     fake_triton.install(monkeypatch)
-    config = json_format.MessageToDict(
-        load_config(SHIPPED_REPOSITORY / "kyc_intake" / "config.pbtxt"),
-        preserving_proto_field_name=True)
-    m = TritonPythonModel()
-    m.initialize({"model_config": json.dumps(config), "model_name": "kyc_intake",
-                  "model_version": "1"})
-    return m
+    return fake_triton.served(SHIPPED_REPOSITORY, "kyc_intake")
 
 
 def request(document: list[bytes], selfie: list[bytes]) -> dict:
@@ -121,12 +111,24 @@ def parameters(model: str) -> dict[str, str]:
     return {k: v.string_value for k, v in config.parameters.items()}
 
 
-def test_the_intake_limits_are_the_strictest_of_the_steps_after_it():
+def test_the_client_image_limits_are_defined_once_by_the_intake_and_read_by_the_steps():
     intake = from_parameters(IntakeSettings, parameters("kyc_intake"))
-    after = [parameters(m) for m in ("face_preprocess", "ocr_preprocess")]
-    for key in ("max_image_bytes", "max_image_pixels"):
-        assert getattr(intake, key) == min(int(p[key]) for p in after), key
     assert set(parameters("kyc_intake")) == {"max_image_bytes", "max_image_pixels"}
+    for model in ("face_preprocess", "ocr_preprocess"):
+        after = parameters(model)
+        assert after["limits_model"] == "kyc_intake", model
+        assert not {"max_image_bytes", "max_image_pixels"} & set(after), model
+    # what the steps decode with is the intake's
+    from kyc.document.step import OcrPreprocessStep
+    from kyc.face.step import FacePreprocessStep
+    from kyc.pipeline.local import LocalRepository
+
+    local = LocalRepository(SHIPPED_REPOSITORY)
+    face = FacePreprocessStep.from_context(local.context("face_preprocess"))
+    assert (face.preprocessor.limits.max_bytes, face.preprocessor.limits.max_pixels) == (
+        intake.max_image_bytes, intake.max_image_pixels)
+    ocr = OcrPreprocessStep.from_context(local.context("ocr_preprocess"))
+    assert ocr.client_limits == intake
 
 
 def test_in_kyc_ensemble_only_the_intake_reads_the_client_images():

@@ -152,8 +152,10 @@ def fake_pb_utils(monkeypatch):
 def test_triton_model_answers_each_request_with_outputs_or_an_invalid_arg_error(
     tmp_path: Path, onnx_factory, fake_pb_utils
 ):
-    from kyc.onnx_backend import TritonPythonModel
+    from kyc.onnx_backend import OnnxStep
+    from kyc.pipeline.triton import triton_model
 
+    TritonPythonModel = triton_model(OnnxStep.from_context)
     onnx_factory(tmp_path / "1" / "model.onnx", shape=("batch", "width"))
     model = TritonPythonModel()
     model.initialize({

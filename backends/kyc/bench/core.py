@@ -51,7 +51,7 @@ import numpy as np
 
 from kyc.bench.procmem import resident_union_mib
 from kyc.budgets import queue_against_budget
-from kyc.repo.config import load_config, model_parameters
+from kyc.repo.config import load_config
 from kyc.repo.publish import precompile_python_models
 from kyc.runtime.procs import children, stub_instance
 from kyc.runtime.server import ServerError, ServerOptions, TritonServer, free_port
@@ -500,10 +500,6 @@ class TensorClient:
 
 
 # -- the face path ---------------------------------------------------------------------
-FACE_MODELS = ("face_preprocess", "face_detector", "face_embedding")
-DETECTOR_OUTPUTS = ("LOC", "SCORES", "LANDMARKS")
-
-
 def face_photos(count: int = 0) -> list[bytes]:
     """The real test portraits, encoded (the manifest's photos, CREDITS left out); all
     of them whatever ``count``: requests cycle through them."""
@@ -513,60 +509,19 @@ def face_photos(count: int = 0) -> list[bytes]:
     return [photos[role].read_bytes() for role in sorted(photos) if role != "CREDITS"]
 
 
-def onnx_model(repository: Path, model: str) -> tuple[Any, Any]:
-    """(settings, session) as the served Python-based onnxruntime backend makes them."""
-    from google.protobuf import json_format
+def onnx_session(repository: Path, model: str) -> Any:
+    """``model``'s onnxruntime session as the served Python-based backend makes it."""
+    from kyc.pipeline.local import LocalRepository
 
-    from kyc.onnx_backend import OnnxModelSettings, make_session
-    from kyc.triton_glue import instance_count
-
-    # The JSON form of the config, as Triton hands it to ``initialize``.
-    config = json_format.MessageToDict(load_config(repository / model / "config.pbtxt"),
-                                       preserving_proto_field_name=True)
-    versions = sorted((p.name for p in (repository / model).iterdir() if p.name.isdigit()),
-                      key=int)
-    settings = OnnxModelSettings.from_config(config, repository / model, versions[-1],
-                                             instance_count(config))
-    return settings, make_session(settings)
+    return LocalRepository(repository).step(model).runner.session
 
 
-class FaceInProcess:
-    """face_preprocess and face_embedding without Triton: FacePreprocessor over an
-    onnxruntime detector session, and the embedding session."""
+def onnx_threads(local: Any) -> dict[str, int]:
+    """The intra-op threads of every ONNX model a LocalRepository has built."""
+    from kyc.onnx_backend import OnnxStep
 
-    def __init__(self, repository: Path) -> None:
-        from kyc.face.preprocess import FacePreprocessor, FaceSettings
-        from kyc.settings import from_parameters
-
-        face = from_parameters(FaceSettings, model_parameters(repository, "face_preprocess"))
-        self.max_batch = max_batch_size(repository, "face_preprocess")
-        self.detector_name = face.detector_model
-        self.detector_settings, self.detector = onnx_model(repository, face.detector_model)
-        self.embedding_settings, self.embedding = onnx_model(repository, "face_embedding")
-        self.preprocessor = FacePreprocessor(face, self._detect)
-
-    def _detect(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        loc, scores, landmarks = self.detector.run(list(DETECTOR_OUTPUTS), {"IMAGES": batch})
-        return loc, scores, landmarks
-
-    def embed(self, results: Sequence[Any], size: int) -> list[np.ndarray]:
-        """One face_embedding run over every face found among ``results`` (the
-        preprocessor's); zeros of ``size`` for the others."""
-        found = [i for i, r in enumerate(results) if not isinstance(r, Exception) and r.found]
-        embeddings = [np.zeros(size, np.float32) for _ in results]
-        if found:
-            faces = np.stack([results[i].face for i in found])
-            (out,) = self.embedding.run(["EMBEDDING"], {"FACE": faces})
-            if out.shape[0] != len(found):
-                raise BenchError("face_embedding gave not one EMBEDDING per face")
-            for i, embedding in zip(found, out, strict=True):
-                embeddings[i] = embedding
-        return embeddings
-
-    def settings(self) -> dict[str, Any]:
-        return {"onnx_intra_op_threads": {
-            self.detector_name: self.detector_settings.intra_op_threads,
-            "face_embedding": self.embedding_settings.intra_op_threads}}
+    return {name: step.runner.settings.intra_op_threads
+            for name, step in sorted(local.built().items()) if isinstance(step, OnnxStep)}
 
 
 # -- scenarios -------------------------------------------------------------------------

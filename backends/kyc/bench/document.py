@@ -26,11 +26,11 @@ from kyc.bench.core import (
     CLIENT_TIMEOUT_S,
     Outcome,
     PeerUnavailableError,
-    max_batch_size,
-    onnx_model,
+    onnx_threads,
 )
 from kyc.document.evaluation import DocumentCase, render_cases, score
-from kyc.repo.config import model_parameters
+from kyc.pipeline.local import LocalRepository
+from kyc.pipeline.step import Request
 
 DOCUMENT_MODELS = ("document_ocr", "ocr_preprocess", "ocr_det", "ocr_postprocess", "ocr_rec")
 PEER_PACKAGE = "rapidocr-onnxruntime"
@@ -83,59 +83,30 @@ class DocumentClient:
 
 
 class DocumentInProcess:
-    """The ensemble's steps without Triton: prepare_page, one ocr_det run over the
-    batch's canvases, DocumentReader with ocr_rec's session, document_report."""
+    """document_ocr without Triton: :class:`kyc.pipeline.local.LocalRepository` runs the
+    steps its config wires (ocr_preprocess, one ocr_det run over the batch's
+    canvases, ocr_postprocess with ocr_rec called in process)."""
 
     def __init__(self, repository: Path) -> None:
-        from kyc.document.model import PreprocessSettings, rec_alphabet
-        from kyc.document.ocr import DocumentReader, OcrSettings
-        from kyc.settings import from_parameters
+        self.local = LocalRepository(repository)
+        self.max_batch = self.local.repository.max_batch_size("document_ocr")
+        self.local.step("document_ocr")
 
-        self.page_settings = from_parameters(PreprocessSettings,
-                                             model_parameters(repository, "ocr_preprocess"))
-        ocr = from_parameters(OcrSettings, model_parameters(repository, "ocr_postprocess"))
-        self.max_batch = max_batch_size(repository, "document_ocr")
-        self.det_settings, self.det = onnx_model(repository, "ocr_det")
-        self.rec_name = ocr.rec_model
-        self.rec_settings, self.rec = onnx_model(repository, ocr.rec_model)
-        self.reader = DocumentReader(ocr, rec_alphabet(repository, ocr.rec_model),
-                                     self._recognise)
-
-    def _recognise(self, batch: np.ndarray) -> np.ndarray:
-        (probs,) = self.rec.run(["PROBS"], {"IMAGES": batch})
-        return probs
-
-    def read(self, images: Sequence[bytes]) -> list[list[Any] | Exception]:
-        """document_ocr's steps on the pages: ocr_preprocess per page (a bad page
-        answers alone), one ocr_det run over the canvases, ocr_postprocess's reader."""
-        from kyc.document.model import prepare_page
-
-        read: list[list[Any] | Exception] = [[] for _ in images]
-        pages, owners = [], []
-        for i, image in enumerate(images):
-            try:
-                pages.append(prepare_page(image, self.page_settings))
-                owners.append(i)
-            except Exception as exc:  # that page only, as ocr_preprocess answers it
-                read[i] = exc
-        if pages:
-            canvases = np.stack([canvas for canvas, _ in pages])
-            (probs,) = self.det.run(["PROB_MAP"], {"IMAGES": canvases})
-            lines = self.reader.read([(canvas, prob, scale) for (canvas, scale), prob
-                                      in zip(pages, probs, strict=True)])
-            for i, page_lines in zip(owners, lines, strict=True):
-                read[i] = page_lines
-        return read
+    @property
+    def reader(self):
+        """ocr_postprocess's DocumentReader (its ``recognise`` calls ocr_rec)."""
+        return self.local.step("ocr_postprocess").reader
 
     def __call__(self, cases: Sequence[DocumentCase]) -> list[Outcome]:
-        from kyc.document.ocr import document_report
+        import json
 
-        return [lines if isinstance(lines, Exception) else score(document_report(lines), case)
-                for lines, case in zip(self.read([c.image for c in cases]), cases, strict=True)]
+        answers = self.local.run("document_ocr", [
+            Request({"IMAGE": np.array([[c.image]], dtype=np.object_)}) for c in cases])
+        return [a if isinstance(a, Exception) else score(json.loads(a["DOCUMENT"][0, 0]), case)
+                for a, case in zip(answers, cases, strict=True)]
 
     def settings(self) -> dict[str, Any]:
-        return {"onnx_intra_op_threads": {"ocr_det": self.det_settings.intra_op_threads,
-                                          self.rec_name: self.rec_settings.intra_op_threads}}
+        return {"onnx_intra_op_threads": onnx_threads(self.local)}
 
 
 class RapidOcrPeer:

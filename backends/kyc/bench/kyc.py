@@ -9,40 +9,28 @@ microseconds; the liveness stream is a separate model. Served, it is sent by
 ``kyc.bench.scenarios.KycClient`` (the SDK's asyncio client).
 
 In process (:class:`KycInProcess`, the limit the served throughput is compared to):
-the ensemble's steps in this process without Triton, on the same ONNX files with
-the served models' onnxruntime thread settings and the same kyc code, batched as
-the server batches: one face_preprocess run over the batch's pages and selfies
-(one detector run per ``detector_max_batch`` images), one face_embedding run
-over the faces found, the pages read together (one ocr_det run, ocr_rec batched
-by ``DocumentReader``), then :class:`kyc.decision.model.DecisionLogic`, the code
-of kyc_decision, with ONE antifraud run for the batch.
+``kyc_ensemble`` run by :class:`kyc.pipeline.local.LocalRepository`: the steps its
+config wires, in this process without Triton, on the same ONNX files with the served
+models' onnxruntime thread settings and the very steps the served ``model.py`` files
+name, each step called once per batch (split at each model's ``max_batch_size``, as
+the dynamic batchers would).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from kyc.bench.core import (
-    FaceInProcess,
-    Outcome,
-    max_batch_size,
-    onnx_model,
-)
-from kyc.bench.document import DocumentInProcess
+from kyc.bench.core import Outcome, onnx_threads
 from kyc.client import Verification
-from kyc.decision.model import DecisionLogic
-from kyc.document.ocr import TextLine, document_report
-from kyc.face.preprocess import FaceResult, result_tensors
-from kyc.repo.config import model_parameters
+from kyc.pipeline.local import LocalRepository
+from kyc.pipeline.step import Request
 
 KYC_MODELS = ("kyc_ensemble", "kyc_intake", "face_preprocess", "face_detector", "face_embedding",
               "document_ocr", "ocr_preprocess", "ocr_det", "ocr_postprocess", "ocr_rec",
@@ -83,7 +71,7 @@ def tally(result: Verification) -> dict[str, int]:
 
 
 class _Answer:
-    """kyc_decision's output arrays, read like an inference result."""
+    """kyc_ensemble's output arrays, read like an inference result."""
 
     def __init__(self, outputs: Mapping[str, np.ndarray]) -> None:
         self.outputs = outputs
@@ -92,41 +80,24 @@ class _Answer:
         return self.outputs[name]
 
 
-def _token_key() -> bytes:
-    """The served models' key when one is set, else a random one: the bench sends no
-    token, and a token sealed with another key reads as invalid, as served."""
-    from kyc.liveness.token import ENV_KEY, ENV_KEY_FILE, KEY_BYTES, load_key
+def _token_environ() -> dict[str, str] | None:
+    """The served models' key when one is set (None: this environment), else a random
+    one: the bench sends no token, and a token sealed with another key reads as
+    invalid, as served."""
+    import base64
+
+    from kyc.liveness.token import ENV_KEY, ENV_KEY_FILE, KEY_BYTES
 
     if os.environ.get(ENV_KEY) or os.environ.get(ENV_KEY_FILE):
-        return load_key()
-    return secrets.token_bytes(KEY_BYTES)
+        return None
+    return {ENV_KEY: base64.b64encode(secrets.token_bytes(KEY_BYTES)).decode()}
 
 
-def _json_tensor(value: Any) -> np.ndarray:
-    """A TYPE_STRING [1, 1] tensor holding ``value`` as JSON, as the served steps send it."""
-    return np.array([[json.dumps(value).encode()]], dtype=np.object_)
-
-
-def decision_inputs(document_face: FaceResult, document_embedding: np.ndarray,
-                    selfie_face: FaceResult, selfie_embedding: np.ndarray,
-                    lines: Sequence[TextLine], token: bytes = b"") -> dict[str, np.ndarray]:
-    """kyc_decision's inputs for one case, as kyc_ensemble wires them (batch of 1):
-    face_preprocess's outputs for each face (``result_tensors``, the served encoder),
-    the embeddings, and ocr_postprocess's TEXT_LINES and DOCUMENT."""
-    doc, selfie = result_tensors([document_face]), result_tensors([selfie_face])
-    return {
-        "DOC_FACE_FOUND": doc["FACE_FOUND"],
-        "DOC_EMBEDDING": document_embedding.reshape(1, -1),
-        "DOC_NUM_FACES": doc["NUM_FACES"],
-        "DOC_QUALITY": doc["QUALITY"],
-        "SELFIE_FACE_FOUND": selfie["FACE_FOUND"],
-        "SELFIE_EMBEDDING": selfie_embedding.reshape(1, -1),
-        "SELFIE_NUM_FACES": selfie["NUM_FACES"],
-        "SELFIE_QUALITY": selfie["QUALITY"],
-        "DOCUMENT": _json_tensor(document_report(lines)),
-        "TEXT_LINES": _json_tensor([line.to_json() for line in lines]),
-        "LIVENESS_TOKEN": np.array([[token]], dtype=np.object_),
-    }
+def _case_request(case: KycCase) -> Request:
+    """kyc_ensemble's inputs for one case, as the SDK sends them (no liveness token)."""
+    return Request({name: np.array([[value]], dtype=np.object_) for name, value in
+                    (("DOCUMENT_IMAGE", case.document), ("SELFIE_IMAGE", case.selfie),
+                     ("LIVENESS_TOKEN", b""))})
 
 
 class KycInProcess:
@@ -137,51 +108,18 @@ class KycInProcess:
     """
 
     def __init__(self, repository: Path) -> None:
-        self.max_batch = max_batch_size(repository, "kyc_ensemble")
-        self.face = FaceInProcess(repository)
-        self.document = DocumentInProcess(repository)
-        self.decision = DecisionLogic.from_repository(
-            repository, model_parameters(repository, "kyc_decision"), key=_token_key)
-        self.antifraud_name = self.decision.settings.antifraud_model
-        self.antifraud_settings, self.antifraud = onnx_model(repository, self.antifraud_name)
-        self.embedding_size = int(self.face.embedding.get_outputs()[0].shape[-1])
+        self.local = LocalRepository(repository, environ=_token_environ())
+        self.max_batch = self.local.repository.max_batch_size("kyc_ensemble")
+        self.local.step("kyc_ensemble")
 
     def verify(self, cases: Sequence[KycCase]) -> list[Verification | Exception]:
         """What kyc_ensemble answers for each case (no liveness token), in order."""
-        count = len(cases)
-        faces = self.face.preprocessor.run([c.document for c in cases]
-                                           + [c.selfie for c in cases])
-        # served, kyc_decision reads an embedding only where its face was found
-        embeddings = self.face.embed(faces, self.embedding_size)
-        pages = self.document.read([c.document for c in cases])
-        answers: list[Verification | Exception | None] = [None] * count
-        inputs, owners = [], []
-        for i in range(count):
-            steps = (faces[i], faces[count + i], pages[i])
-            failed = next((s for s in steps if isinstance(s, Exception)), None)
-            if failed is not None:
-                answers[i] = failed
-                continue
-            inputs.append(decision_inputs(faces[i], embeddings[i], faces[count + i],
-                                          embeddings[count + i], pages[i]))
-            owners.append(i)
-        decided = self.decision.run(inputs, lambda arrays: arrays, self._fraud_scores,
-                                    date.today())
-        for i, outputs in zip(owners, decided, strict=True):
-            answers[i] = (outputs if isinstance(outputs, Exception)
-                          else Verification.from_result(_Answer(outputs)))
-        return answers  # type: ignore[return-value]
+        answers = self.local.run("kyc_ensemble", [_case_request(c) for c in cases])
+        return [a if isinstance(a, Exception) else Verification.from_result(_Answer(a))
+                for a in answers]
 
     def __call__(self, cases: Sequence[KycCase]) -> list[Outcome]:
         return [a if isinstance(a, Exception) else tally(a) for a in self.verify(cases)]
 
-    def _fraud_scores(self, features: np.ndarray) -> np.ndarray:
-        """The batch's ONE antifraud run (served: kyc_decision's one BLS call)."""
-        (scores,) = self.antifraud.run(["FRAUD_SCORE"], {"FEATURES": features})
-        return scores
-
     def settings(self) -> dict[str, Any]:
-        threads = {**self.face.settings()["onnx_intra_op_threads"],
-                   **self.document.settings()["onnx_intra_op_threads"],
-                   self.antifraud_name: self.antifraud_settings.intra_op_threads}
-        return {"onnx_intra_op_threads": threads}
+        return {"onnx_intra_op_threads": onnx_threads(self.local)}

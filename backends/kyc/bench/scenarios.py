@@ -33,7 +33,7 @@ from kyc.bench.core import (
     copy_repository,
     face_photos,
     machine,
-    onnx_model,
+    onnx_session,
     process_memory,
     running_server,
     summarize,
@@ -169,7 +169,7 @@ def batching_ceiling(repository: Path, model: str, name: str, payloads: Sequence
     import statistics
     import time
 
-    _, session = onnx_model(repository, model)
+    session = onnx_session(repository, model)
     rows = [payloads[k % len(payloads)] for k in range(BATCHING_SPEEDUP_LEVEL)]
 
     def per_item(batch: np.ndarray) -> float:

@@ -66,7 +66,8 @@ class TextLine:
 
     def to_json(self) -> dict:
         return {"text": self.text, "confidence": round(self.confidence, 4),
-                "box": [[round(float(x), 1), round(float(y), 1)] for x, y in self.box]}
+                "box": [[round(float(x), 1), round(float(y), 1)] for x, y in self.box],
+                "mrz": self.mrz}
 
 
 def may_be_mrz(text: str, crop: np.ndarray, min_aspect: float) -> bool:

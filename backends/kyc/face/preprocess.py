@@ -40,13 +40,15 @@ from kyc.face.geometry import choose_face, unrotate_box, unrotate_points
 from kyc.face.quality import face_quality
 from kyc.face.retinaface import Detections, detect_batch
 from kyc.image import DecodedImage, ImageError, ImageLimits, decode_image, letterbox
+from kyc.intake import IntakeSettings
+from kyc.pipeline.step import StepError
 
 log = logging.getLogger(__name__)
 
 Detector = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
-class FaceProcessingError(RuntimeError):
+class FaceProcessingError(StepError):
     """An unexpected failure on one image (answered INTERNAL, the others go on)."""
 
 
@@ -54,9 +56,8 @@ class FaceProcessingError(RuntimeError):
 class FaceSettings:
     """``face_preprocess`` parameters (config ``parameters``; defaults here only)."""
 
-    detector_model: str = "face_detector"
+    detector_model: str = "face_detector"  # its max_batch_size splits a larger batch
     detector_size: int = 640  # side of the square canvas the detector sees
-    detector_max_batch: int = 8  # face_detector's max_batch_size
     score_threshold: float = 0.7
     nms_iou: float = 0.4
     min_face_size: float = 20.0  # input pixels, short side of the face box
@@ -64,13 +65,10 @@ class FaceSettings:
     max_upright_roll: float = 45.0  # degrees; beyond, the image is tried in other turns
     max_template_error: float = 12.0  # 112-px crop; upright real photos measured <= 8
     upright_score: float = 0.995  # below, the other quarter turns are tried too
-    max_image_bytes: int = 20 * 1024 * 1024
-    max_image_pixels: int = 40_000_000
+    # The client's image limits are kyc_intake's (the model that owns them); this
+    # model only chooses the size it works at.
+    limits_model: str = "kyc_intake"
     work_max_side: int = 1600
-
-    @property
-    def limits(self) -> ImageLimits:
-        return ImageLimits(self.max_image_bytes, self.max_image_pixels, self.work_max_side)
 
 
 @dataclass
@@ -109,13 +107,19 @@ ContextCrop = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 class FacePreprocessor:
     def __init__(self, settings: FaceSettings, detector: Detector,
-                 context: ContextCrop | None = None) -> None:
-        """``context``: when given, each found face also gets ``result.context`` made
-        from the decoded pixels around it (e.g. the crop a passive anti-spoofing model
-        takes), while the pixels are at hand."""
+                 context: ContextCrop | None = None,
+                 client_limits: IntakeSettings | None = None) -> None:
+        """``detector`` takes any batch size (a :class:`kyc.pipeline.step.Callee` splits
+        it at the detector's ``max_batch_size``). ``context``: when given, each found
+        face also gets ``result.context`` made from the decoded pixels around it (e.g.
+        the crop a passive anti-spoofing model takes), while the pixels are at hand.
+        ``client_limits``: the byte and pixel limits (default: kyc_intake's defaults)."""
         self.settings = settings
         self.detector = detector
         self.context = context
+        owner = client_limits or IntakeSettings()
+        self.limits = ImageLimits(owner.max_image_bytes, owner.max_image_pixels,
+                                  settings.work_max_side)
 
     def run(self, images: Sequence[bytes]) -> list[FaceResult | ImageError | FaceProcessingError]:
         """One result per encoded image, in order; bad images get their own ImageError,
@@ -125,7 +129,7 @@ class FacePreprocessor:
         work: dict[int, _Work] = {}
         for i, data in enumerate(images):
             try:
-                work[i] = _Work(decode_image(data, self.settings.limits))
+                work[i] = _Work(decode_image(data, self.limits))
             except ImageError as exc:
                 results[i] = exc
         decoded = time.perf_counter()
@@ -139,8 +143,9 @@ class FacePreprocessor:
             try:
                 results[i] = self._finish(w)
             except Exception as exc:  # one image's failure must not cost the others
-                log.exception("face_preprocess: alignment failed for image %d of %d", i,
-                              len(images))
+                # Type only: a traceback's values may hold the person's pixels.
+                log.error("face_preprocess: alignment failed for image %d of %d: %s", i,
+                          len(images), type(exc).__name__)
                 results[i] = FaceProcessingError(f"the face could not be processed: "
                                                  f"{type(exc).__name__}")
         log.debug(
@@ -155,7 +160,7 @@ class FacePreprocessor:
     def _detect(self, jobs: list[tuple[object, np.ndarray, int]]) -> dict:
         """{key: (Detections in pixels of the turned image, turned shape)} for jobs of
         (key, pixels, quarter turns): all canvases in one detector call (chunked only
-        beyond the detector's max batch size)."""
+        beyond the detector's max batch size, by the detector callable)."""
         if not jobs:
             return {}
         turned_images = [np.rot90(pixels, turns) if turns else pixels for _, pixels, turns in jobs]
@@ -165,13 +170,10 @@ class FacePreprocessor:
             canvas, box = letterbox(turned, size)
             canvases.append(canvas)
             frames.append((box, turned.shape[:2]))
-        batch = np.stack(canvases)
-        found: list[Detections] = []
-        step = max(1, self.settings.detector_max_batch)
-        for start in range(0, len(batch), step):
-            loc, scores, landmarks = self.detector(batch[start: start + step])
-            found += detect_batch(loc, scores, landmarks, size, size,
-                                  self.settings.score_threshold, self.settings.nms_iou)
+        loc, scores, landmarks = self.detector(np.stack(canvases))
+        found: list[Detections] = detect_batch(loc, scores, landmarks, size, size,
+                                               self.settings.score_threshold,
+                                               self.settings.nms_iou)
         out = {}
         for (key, _, _), det, (box, shape) in zip(jobs, found, frames, strict=True):
             out[key] = (Detections(box.to_image(det.boxes), det.scores,

@@ -36,10 +36,13 @@ class _Null:
 class SessionMetrics:
     """The liveness counters and gauge of one model version."""
 
-    def __init__(self, model: str, version: str) -> None:
+    def __init__(self, model: str, version: str, publish: bool = True) -> None:
+        """``publish=False``: counted nowhere (run outside a server)."""
         self._families: list[Any] = []
         self._metrics: dict[str, Any] = {}
         labels = {"model": model, "version": version}
+        if not publish:
+            return
         try:
             import triton_python_backend_utils as pb
 

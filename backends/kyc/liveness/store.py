@@ -12,9 +12,10 @@ from collections import OrderedDict
 from collections.abc import Hashable
 
 from kyc.liveness.session import Session
+from kyc.pipeline.step import UnavailableError
 
 
-class SessionLimitError(RuntimeError):
+class SessionLimitError(UnavailableError):
     """Too many live sessions: a new one is refused (the live ones go on)."""
 
 

@@ -1,5 +1,5 @@
-"""face_preprocess: glue only; the logic is the installed, unit-tested kyc.face package."""
+"""face_preprocess: glue only (docs/architecture.md)."""
 
-from kyc.face.model import TritonPythonModel
+from kyc.pipeline.triton import triton_model
 
-__all__ = ["TritonPythonModel"]
+TritonPythonModel = triton_model("kyc.face.step:FacePreprocessStep")

@@ -1,5 +1,5 @@
-"""kyc_decision: glue only; the logic is the installed, unit-tested kyc.decision package."""
+"""kyc_decision: glue only (docs/architecture.md)."""
 
-from kyc.decision.model import DecisionModel as TritonPythonModel
+from kyc.pipeline.triton import triton_model
 
-__all__ = ["TritonPythonModel"]
+TritonPythonModel = triton_model("kyc.decision.step:DecisionStep")

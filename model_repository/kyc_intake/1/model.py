@@ -1,5 +1,5 @@
-"""kyc_intake: glue only; the logic is the installed, unit-tested kyc.intake package."""
+"""kyc_intake: glue only (docs/architecture.md)."""
 
-from kyc.intake.model import TritonPythonModel
+from kyc.pipeline.triton import triton_model
 
-__all__ = ["TritonPythonModel"]
+TritonPythonModel = triton_model("kyc.intake.step:IntakeStep")

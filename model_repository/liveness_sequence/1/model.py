@@ -1,5 +1,5 @@
-"""liveness_sequence: glue only; the logic is the installed, unit-tested kyc.liveness package."""
+"""liveness_sequence: glue only (docs/architecture.md)."""
 
-from kyc.liveness.model import LivenessModel as TritonPythonModel
+from kyc.pipeline.triton import triton_model
 
-__all__ = ["TritonPythonModel"]
+TritonPythonModel = triton_model("kyc.liveness.step:LivenessStep")

@@ -1,5 +1,5 @@
-"""ocr_postprocess: glue only; the logic is the installed, unit-tested kyc.document package."""
+"""ocr_postprocess: glue only (docs/architecture.md)."""
 
-from kyc.document.model import OcrPostprocessModel as TritonPythonModel
+from kyc.pipeline.triton import triton_model
 
-__all__ = ["TritonPythonModel"]
+TritonPythonModel = triton_model("kyc.document.step:OcrPostprocessStep")

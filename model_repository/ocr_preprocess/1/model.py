@@ -1,5 +1,5 @@
-"""ocr_preprocess: glue only; the logic is the installed, unit-tested kyc.document package."""
+"""ocr_preprocess: glue only (docs/architecture.md)."""
 
-from kyc.document.model import OcrPreprocessModel as TritonPythonModel
+from kyc.pipeline.triton import triton_model
 
-__all__ = ["TritonPythonModel"]
+TritonPythonModel = triton_model("kyc.document.step:OcrPreprocessStep")

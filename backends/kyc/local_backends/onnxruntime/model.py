@@ -1,10 +1,10 @@
 """Python-based Triton backend named ``onnxruntime`` for the local CPU runtime.
 
 ``kyc serve`` copies this file to ``<backend-directory>/onnxruntime/model.py``;
-configs with ``platform: "onnxruntime_onnx"`` then load unchanged. The logic is
-in the installed package: :mod:`kyc.onnx_backend`.
+configs with ``platform: "onnxruntime_onnx"`` then load unchanged. The step is
+:class:`kyc.onnx_backend.OnnxStep`.
 """
 
-from kyc.onnx_backend import TritonPythonModel
+from kyc.pipeline.triton import triton_model
 
-__all__ = ["TritonPythonModel"]
+TritonPythonModel = triton_model("kyc.onnx_backend:OnnxStep")

@@ -1,12 +1,14 @@
-"""``liveness_sequence``: Triton glue of the liveness session (sequence batching).
+"""``liveness_sequence`` as a step: the liveness session (sequence batching).
 
 Each request is one frame of one session (its correlation id), with the control
 inputs START, END and READY. Per ``execute``: evict idle sessions, apply START
 (a new random challenge; a START for a live id resets it), then decode and detect
-the faces of ALL frames of the batch in one face path run (``kyc.face`` with ONE
-BLS call to ``face_detector``, the settings of ``face_preprocess``), embed every
-found face in one BLS call to ``face_embedding`` (and one to the passive
-anti-spoofing model when configured), add each frame to its session, and answer.
+the faces of ALL frames of the batch in one face path run (the face step's
+:func:`kyc.face.step.face_preprocessor`, ONE call to ``face_detector``, the
+settings of ``face_preprocess``), embed every found face in one call to
+``face_embedding`` (and one to the passive anti-spoofing model when configured;
+both split only past their ``max_batch_size``), add each frame to its session,
+and answer.
 At END the session is judged, sealed into LIVENESS_TOKEN and freed.
 
 Errors answer their own request only: a frame of a sequence without START, an
@@ -20,13 +22,14 @@ import dataclasses
 import json
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from kyc.face.preprocess import FacePreprocessor, FaceSettings
+from kyc.face.preprocess import FaceSettings
+from kyc.face.step import face_preprocessor
 from kyc.image import ImageError
 from kyc.liveness.challenge import MOVES, draw_challenge, parse_moves
 from kyc.liveness.metrics import SessionMetrics
@@ -40,24 +43,9 @@ from kyc.liveness.session import (
 )
 from kyc.liveness.store import SessionLimitError, SessionStore
 from kyc.liveness.token import LivenessClaims, TokenSealer, load_key
-from kyc.repo.config import model_parameters
-from kyc.settings import from_parameters
-from kyc.triton_glue import (
-    BlsError,
-    RequestError,
-    bls_infer,
-    config_parameters,
-    encoded_items,
-    error_response,
-    input_arrays,
-    parse_model_config,
-    tensor_response,
-)
+from kyc.pipeline.step import Answer, Request, RequestError, StepContext, encoded_items
 
 log = logging.getLogger(__name__)
-
-DETECTOR_OUTPUTS = ("LOC", "SCORES", "LANDMARKS")
-EMBEDDING_BATCH = 32  # face_embedding's max_batch_size
 
 
 @dataclass
@@ -73,43 +61,43 @@ class _Item:
     session: Session | None = None
 
 
-class LivenessModel:
-    def initialize(self, args: dict[str, str]) -> None:
-        config = parse_model_config(args)
-        self.settings = from_parameters(LivenessSettings, config_parameters(config))
+class LivenessStep:
+    def __init__(self, context: StepContext) -> None:
+        self.settings = context.settings(LivenessSettings)
         self.moves = parse_moves(self.settings.moves)
-        repository = Path(args["model_repository"]).parent
         face = dataclasses.replace(
-            from_parameters(FaceSettings, model_parameters(repository, self.settings.face_model)),
+            context.model_settings(FaceSettings, self.settings.face_model),
             detector_size=self.settings.detector_size, try_rotations=self.settings.try_rotations)
-        context = None
+        crop = None
         if self.settings.antispoof_model:
             from kyc.liveness.crop import context_crop
 
-            def context(pixels: np.ndarray, box: np.ndarray) -> np.ndarray:
+            def crop(pixels: np.ndarray, box: np.ndarray) -> np.ndarray:
                 return context_crop(pixels, box, self.settings.antispoof_scale,
                                     self.settings.antispoof_size)
-        self.face = FacePreprocessor(face, self._detect, context)
-        self.detector_model = face.detector_model
-        self.match_threshold = float(model_parameters(
-            repository, self.settings.embedding_model)["match_threshold"])
-        self.sealer = TokenSealer(load_key())
+        self.face = face_preprocessor(context, face, crop)
+        self.embed = context.callee(self.settings.embedding_model, ["EMBEDDING"])
+        self.antispoof = (context.callee(self.settings.antispoof_model, ["REAL"])
+                          if self.settings.antispoof_model else None)
+        self.match_threshold = float(
+            context.repository.parameters(self.settings.embedding_model)["match_threshold"])
+        self.sealer = TokenSealer(load_key(context.environ))
         self.store = SessionStore(self.settings.max_sessions, self.settings.idle_ttl_s)
-        self.metrics = SessionMetrics(args["model_name"], str(args.get("model_version", "")))
+        self.metrics = SessionMetrics(context.model, context.version, context.in_server)
         log.info("%s: moves %s x%d, passive PAD %s, at most %d sessions idle %.0f s",
-                 args["model_name"], ",".join(self.moves), self.settings.challenge_length,
+                 context.model, ",".join(self.moves), self.settings.challenge_length,
                  self.settings.antispoof_model or PAD_NOT_CONFIGURED,
                  self.settings.max_sessions, self.settings.idle_ttl_s)
 
-    def finalize(self) -> None:
+    @classmethod
+    def from_context(cls, context: StepContext) -> LivenessStep:
+        return cls(context)
+
+    def close(self) -> None:
         self.metrics.close()
 
-    def _detect(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        out = bls_infer(self.detector_model, {"IMAGES": batch}, DETECTOR_OUTPUTS)
-        return out["LOC"], out["SCORES"], out["LANDMARKS"]
-
     # -- execute --------------------------------------------------------------------
-    def execute(self, requests: list) -> list:
+    def run(self, requests: Sequence[Request]) -> list[Answer]:
         started = time.perf_counter()
         now = time.monotonic()
         evicted = self.store.evict_idle(now)
@@ -118,35 +106,26 @@ class LivenessModel:
         for item in items:
             if item.error is None:
                 self._bind(item, now)
-        try:
-            self._observe([i for i in items if i.error is None and i.frame])
-        except BlsError as exc:
-            log.error("liveness_sequence: %d requests failed: %s", len(requests), exc)
-            return [error_response(f"liveness_sequence failed: {exc}", invalid_argument=False)
-                    for _ in requests]
-        except Exception as exc:  # never raise out of execute
-            log.error("liveness_sequence: %d requests failed: %s", len(requests),
-                      type(exc).__name__)
-            return [error_response(f"liveness_sequence failed: {type(exc).__name__}",
-                                   invalid_argument=False) for _ in requests]
-        responses = [self._respond(item, time.monotonic()) for item in items]
+        self._observe([i for i in items if i.error is None and i.frame])
+        answers = [self._respond(item, time.monotonic()) for item in items]
         self.metrics.live(len(self.store))
-        log.info("liveness_sequence: %d requests, %d frames, %d sessions live (%d evicted) "
-                 "in %.1f ms", len(requests), sum(1 for i in items if i.result is not None),
-                 len(self.store), evicted, (time.perf_counter() - started) * 1e3)
-        return responses
+        log.info("%s: %d frames, %d sessions live (%d evicted) in %.1f ms", "liveness_sequence",
+                 sum(1 for i in items if i.result is not None), len(self.store), evicted,
+                 (time.perf_counter() - started) * 1e3)
+        return answers
 
-    def _item(self, request: Any) -> _Item:
+    def _item(self, request: Request) -> _Item:
         """Control inputs, correlation id and frame of one request."""
         try:
-            controls = input_arrays(request, ["START", "END", "READY"])
+            controls = {n: request.inputs[n] for n in ("START", "END", "READY")
+                        if n in request.inputs}
             flag = {name: bool(np.asarray(controls[name]).ravel()[0]) if name in controls
                     else False for name in ("START", "END", "READY")}
-            item = _Item(request.correlation_id(), flag["START"], flag["END"])
+            item = _Item(request.correlation_id, flag["START"], flag["END"])
             if "READY" in controls and not flag["READY"]:
                 item.error = RequestError("not a frame of a live sequence (READY is false)")
                 return item
-            frames = encoded_items(request, "FRAME")
+            frames = encoded_items(request.inputs, "FRAME")
             if len(frames) != 1:
                 raise RequestError(f"FRAME must hold one frame per request, got {len(frames)}")
             item.frame = frames[0]
@@ -193,11 +172,9 @@ class LivenessModel:
             else:
                 seen.append((item, result))
         found = [r for _, r in seen if r.found]
-        embeddings = iter(self._batched(self.settings.embedding_model, "FACE", "EMBEDDING",
-                                        [r.face for r in found]))
-        pad = iter(self._batched(self.settings.antispoof_model, "CROP", "REAL",
-                                 [r.context for r in found])
-                   if self.settings.antispoof_model else [])
+        embeddings = iter(self._each(self.embed, "FACE", [r.face for r in found]))
+        pad = iter(self._each(self.antispoof, "CROP", [r.context for r in found])
+                   if self.antispoof is not None else [])
         for item, result in seen:
             quality = result.quality or {}
             item.result = Frame(
@@ -210,22 +187,19 @@ class LivenessModel:
                 if result.found and self.settings.antispoof_model else None)
 
     @staticmethod
-    def _batched(model: str, name: str, output: str, arrays: list) -> list[np.ndarray]:
-        """``output`` of ``model`` for each array, in one BLS call per EMBEDDING_BATCH."""
-        out: list[np.ndarray] = []
-        for first in range(0, len(arrays), EMBEDDING_BATCH):
-            batch = np.stack(arrays[first:first + EMBEDDING_BATCH])
-            out += list(bls_infer(model, {name: batch}, [output])[output])
-        return out
+    def _each(callee, name: str, arrays: list) -> list[np.ndarray]:
+        """The callee's one output for each array (one call, split past its batch size)."""
+        if not arrays:
+            return []
+        (out,) = callee({name: np.stack(arrays)}).values()
+        return list(out)
 
     # -- responses ------------------------------------------------------------------
-    def _respond(self, item: _Item, now: float) -> Any:
+    def _respond(self, item: _Item, now: float) -> Answer:
         if item.error is not None:
             if item.end and item.session is not None:  # a bad last frame still ends it
                 self.store.end(item.sid)
-            return error_response(str(item.error),
-                                  invalid_argument=isinstance(item.error, RequestError),
-                                  unavailable=isinstance(item.error, SessionLimitError))
+            return item.error
         session = item.session
         assert session is not None
         if item.result is not None:
@@ -278,11 +252,11 @@ class LivenessModel:
             embedding=verdict.best_embedding))
 
     @staticmethod
-    def _outputs(status: dict, is_live: bool, score: float, token: bytes) -> Any:
-        return tensor_response({
+    def _outputs(status: dict, is_live: bool, score: float, token: bytes) -> Answer:
+        return {
             "STATUS": np.array([[json.dumps(status).encode()]], dtype=np.object_),
             "IS_LIVE": np.array([[is_live]], dtype=np.bool_),
             "LIVENESS_SCORE": np.array([[score]], dtype=np.float32),
             "LIVENESS_TOKEN": np.array([[token]], dtype=np.object_),
-        })
+        }
 

@@ -8,43 +8,29 @@ whole batch; then the policy. A request whose inputs do not fit answers alone; a
 failing antifraud model answers the batch with INTERNAL. Logs carry counts and
 timings, never names, numbers, embeddings or tokens.
 
-The logic is :class:`DecisionLogic`, free of Triton (``kyc bench`` runs it in
-process with an onnxruntime antifraud); :class:`DecisionModel` is its glue.
+:class:`DecisionStep` is free of Triton: served through :mod:`kyc.pipeline.triton`
+(antifraud through one BLS call), run in process by :mod:`kyc.pipeline.local`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from datetime import date
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
 from kyc.decision.features import FEATURES, FEATURES_VERSION, Observation, vector
 from kyc.decision.policy import DecisionSettings, Findings, LivenessEvidence, decide
 from kyc.liveness.token import TokenError, TokenExpiredError, TokenSealer, load_key
-from kyc.repo.check import version_dirs
-from kyc.repo.config import model_parameters
-from kyc.settings import from_parameters
-from kyc.triton_glue import (
-    BlsError,
-    RequestError,
-    bls_infer,
-    config_parameters,
-    error_response,
-    input_arrays,
-    parse_model_config,
-    tensor_response,
-)
+from kyc.pipeline.modelconfig import Repository
+from kyc.pipeline.step import Answer, Request, RequestError, StepContext, require
 
 log = logging.getLogger(__name__)
 
-R = TypeVar("R")
 # The antifraud model: [N, len(FEATURES)] float32 feature vectors -> N fraud scores.
 FraudScorer = Callable[[np.ndarray], np.ndarray]
 
@@ -57,40 +43,21 @@ class FeatureMismatchError(RuntimeError):
     """The served antifraud model was trained on another feature vector."""
 
 
-def check_antifraud_features(repository: Path, model: str) -> None:
+def check_antifraud_features(repository: Repository, model: str) -> None:
     """Refuse to start when the latest antifraud version's metadata names other features."""
     import onnx
 
-    versions = version_dirs(repository / model)
-    if not versions:
-        raise FeatureMismatchError(f"no version of {model} in {repository}")
-    onnx_model = onnx.load(str(versions[-1] / "model.onnx"), load_external_data=False)
+    try:
+        latest = repository.latest_version(model)
+    except FileNotFoundError as exc:
+        raise FeatureMismatchError(str(exc)) from None
+    onnx_model = onnx.load(str(latest / "model.onnx"), load_external_data=False)
     meta = {p.key: p.value for p in onnx_model.metadata_props}
     if meta.get("kyc.features", "").split(",") != list(FEATURES):
         raise FeatureMismatchError(
-            f"{model} {versions[-1].name} was trained on features "
+            f"{model} {latest.name} was trained on features "
             f"{meta.get('kyc.features_version', 'of unknown version')}, kyc_decision builds "
             f"{FEATURES_VERSION}: retrain it (kyc models antifraud train)")
-
-
-def mrz_text_lines(lines: list[dict], mrz: list[str], min_ratio: float = 0.8) -> set[int]:
-    """Indices of the text lines that were read as the MRZ lines: the reported MRZ
-    lines are corrected (and padded), so each is matched to its closest reading."""
-    import difflib
-    import re
-
-    def squeeze(text: str) -> str:  # the recogniser merges runs of fillers
-        return re.sub("<+", "<", text.upper().replace(" ", "")).rstrip("<")
-
-    found: set[int] = set()
-    for target in mrz:
-        scored = [(difflib.SequenceMatcher(None, squeeze(line["text"]), squeeze(target)).ratio(),
-                   k) for k, line in enumerate(lines) if k not in found]
-        if scored:
-            ratio, k = max(scored)
-            if ratio >= min_ratio:
-                found.add(k)
-    return found
 
 
 def _text(array: np.ndarray, row: int) -> str:
@@ -98,51 +65,52 @@ def _text(array: np.ndarray, row: int) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
-class DecisionLogic:
-    """``kyc_decision`` without Triton, the one source of truth of what it answers.
+class DecisionStep:
+    """``kyc_decision``: the one source of truth of what it answers.
 
     A batch of requests' input arrays -> per request the face match, the liveness
     token and the document checks -> ONE ``score`` call with the feature vectors of
     the whole batch -> the policy -> per request its output arrays, or the
     exception it is answered with (:class:`RequestError`: INVALID_ARG, else
     INTERNAL). ``score`` is the antifraud model, ``[N, len(FEATURES)]`` float32 ->
-    N fraud scores: one BLS call when served, an onnxruntime session in
-    ``kyc bench``; what it raises fails the whole batch.
+    N fraud scores; what it raises fails the whole batch.
     """
 
     def __init__(self, settings: DecisionSettings, match_threshold: float,
-                 sealer: TokenSealer) -> None:
+                 sealer: TokenSealer, score: FraudScorer,
+                 today: Callable[[], date] = date.today) -> None:
         self.settings = settings
         self.match_threshold = match_threshold
         self.sealer = sealer
+        self.score = score
+        self.today = today
 
     @classmethod
-    def from_repository(cls, repository: Path, parameters: Mapping[str, str],
-                        key: Callable[[], bytes] | None = None) -> DecisionLogic:
+    def from_context(cls, context: StepContext) -> DecisionStep:
         """kyc_decision's ``parameters``, the face threshold of its embedding model, a
-        check of the antifraud model's features, and the token key ``key()`` (default:
-        :func:`load_key`, the served models' key)."""
-        settings = from_parameters(DecisionSettings, parameters)
+        check of the antifraud model's features, and the token key (:func:`load_key`)."""
+        settings = context.settings(DecisionSettings)
         match_threshold = float(
-            model_parameters(repository, settings.embedding_model)["match_threshold"])
-        check_antifraud_features(repository, settings.antifraud_model)
-        return cls(settings, match_threshold, TokenSealer((key or load_key)()))
+            context.repository.parameters(settings.embedding_model)["match_threshold"])
+        check_antifraud_features(context.repository, settings.antifraud_model)
+        antifraud = context.callee(settings.antifraud_model, ["FRAUD_SCORE"])
+        return cls(settings, match_threshold, TokenSealer(load_key(context.environ)),
+                   lambda features: antifraud({"FEATURES": features})["FRAUD_SCORE"])
 
-    def run(self, requests: Sequence[R], arrays_of: Callable[[R], Mapping[str, np.ndarray]],
-            score: FraudScorer, today: date) -> list[dict[str, np.ndarray] | Exception]:
-        """One answer per request, in order; ``arrays_of(request)`` gives its inputs."""
+    def run(self, requests: Sequence[Request]) -> list[Answer]:
+        """One answer per request, in order."""
+        today = self.today()
         prepared: list[Any] = []
         for request in requests:
             try:
-                prepared.append(self._prepare(arrays_of(request), today))
+                prepared.append(self._prepare(request.inputs, today))
             except (RequestError, ValueError, KeyError) as exc:
                 prepared.append(RequestError(f"kyc_decision: {exc}"))
-            except Exception as exc:  # this request only
-                log.error("kyc_decision: a request failed: %s", type(exc).__name__)
-                prepared.append(RuntimeError(f"kyc_decision failed: {type(exc).__name__}"))
+            except Exception as exc:  # this request only (reported by its type)
+                prepared.append(exc)
         rows = [p for p in prepared if not isinstance(p, Exception)]
-        scores = self._fraud_scores([p["features"] for p in rows], score)
-        answers: list[dict[str, np.ndarray] | Exception] = []
+        scores = self._fraud_scores([p["features"] for p in rows], self.score)
+        answers: list[Answer] = []
         k = 0
         for item in prepared:
             if isinstance(item, Exception):
@@ -150,9 +118,8 @@ class DecisionLogic:
                 continue
             try:
                 answers.append(self._outputs(item, float(scores[k]), today))
-            except Exception as exc:  # this request only
-                log.error("kyc_decision: reporting a request failed: %s", type(exc).__name__)
-                answers.append(RuntimeError(f"kyc_decision failed: {type(exc).__name__}"))
+            except Exception as exc:  # this request only (reported by its type)
+                answers.append(exc)
             k += 1
         return answers
 
@@ -163,9 +130,7 @@ class DecisionLogic:
         return np.asarray(score(np.stack(features)), np.float32).reshape(-1)
 
     def _prepare(self, arrays: Mapping[str, np.ndarray], today: date) -> dict[str, Any]:
-        missing = [n for n in INPUTS if n not in arrays]
-        if missing:
-            raise RequestError(f"missing input(s) {', '.join(missing)}")
+        require(arrays, INPUTS)
         doc_found = bool(arrays["DOC_FACE_FOUND"].reshape(-1)[0])
         selfie_found = bool(arrays["SELFIE_FACE_FOUND"].reshape(-1)[0])
         doc_emb = arrays["DOC_EMBEDDING"].reshape(-1).astype(np.float32)
@@ -173,7 +138,10 @@ class DecisionLogic:
         match = float(np.dot(doc_emb, selfie_emb)) if doc_found and selfie_found else -1.0
         document = json.loads(_text(arrays["DOCUMENT"], 0))
         lines = json.loads(_text(arrays["TEXT_LINES"], 0))
-        read_as_mrz = mrz_text_lines(lines, (document.get("mrz") or {}).get("lines") or [])
+        # ocr_postprocess marks the lines it read as MRZ lines; they are the MRZ when
+        # one was found, and the rest is the visual zone.
+        read_as_mrz = ({k for k, line in enumerate(lines) if line.get("mrz")}
+                       if (document.get("mrz") or {}).get("lines") else set())
         visual = [line["text"] for k, line in enumerate(lines) if k not in read_as_mrz]
         mrz_conf = [lines[k]["confidence"] for k in read_as_mrz]
         liveness = self._liveness(arrays["LIVENESS_TOKEN"].reshape(-1)[0], selfie_emb,
@@ -243,40 +211,3 @@ class DecisionLogic:
             "FRAUD_SCORE": np.array([[fraud]], dtype=np.float32),
             "REPORT": np.array([[json.dumps(report).encode()]], dtype=np.object_),
         }
-
-
-class DecisionModel:
-    """The Triton glue over :class:`DecisionLogic` (antifraud through one BLS call)."""
-
-    def initialize(self, args: dict[str, str]) -> None:
-        config = parse_model_config(args)
-        repository = Path(args["model_repository"]).parent
-        self.logic = DecisionLogic.from_repository(repository, config_parameters(config))
-
-    def execute(self, requests: list) -> list:
-        started = time.perf_counter()
-        try:
-            answers = self.logic.run(requests, lambda r: input_arrays(r, INPUTS),
-                                     self._fraud_scores, date.today())
-        except BlsError as exc:
-            log.error("kyc_decision: %d requests failed: %s", len(requests), exc)
-            return [error_response(str(exc), invalid_argument=False) for _ in requests]
-        responses = []
-        for answer in answers:
-            if isinstance(answer, Exception):
-                responses.append(error_response(
-                    str(answer), invalid_argument=isinstance(answer, RequestError)))
-                continue
-            try:
-                responses.append(tensor_response(answer))
-            except Exception as exc:  # this request only
-                log.error("kyc_decision: reporting a request failed: %s", type(exc).__name__)
-                responses.append(error_response(f"kyc_decision failed: {type(exc).__name__}",
-                                                invalid_argument=False))
-        log.info("kyc_decision: %d requests in %.1f ms", len(requests),
-                 (time.perf_counter() - started) * 1e3)
-        return responses
-
-    def _fraud_scores(self, features: np.ndarray) -> np.ndarray:
-        model = self.logic.settings.antifraud_model
-        return bls_infer(model, {"FEATURES": features}, ["FRAUD_SCORE"])["FRAUD_SCORE"]

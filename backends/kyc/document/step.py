@@ -1,0 +1,126 @@
+"""The two Python steps of the ``document_ocr`` ensemble.
+
+``ocr_preprocess``: encoded IMAGE -> CANVAS (the image letterboxed into a square
+the detector batches well) and SCALE (canvas pixels per input pixel, x and y).
+``ocr_postprocess``: CANVAS + PROB_MAP (from ``ocr_det``) + SCALE -> TEXT_LINES and
+DOCUMENT; the crops of all requests go to ``ocr_rec`` in as few calls as their
+widths allow. Bad input answers its own request; a failing ``ocr_rec`` the batch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from kyc.document.ocr import DocumentReader, OcrSettings, TextLine, document_report
+from kyc.image import ImageError, ImageLimits, decode_image, letterbox
+from kyc.intake import IntakeSettings
+from kyc.pipeline.modelconfig import Repository
+from kyc.pipeline.step import (
+    Answer,
+    Request,
+    RequestError,
+    StepContext,
+    encoded_items,
+    gather,
+    require,
+    scatter,
+    text_tensor,
+)
+
+log = logging.getLogger(__name__)
+
+PAGE_INPUTS = ("CANVAS", "PROB_MAP", "SCALE")
+
+
+@dataclass(frozen=True)
+class PreprocessSettings:
+    canvas_size: int = 960  # multiple of 32 (the detector's stride)
+    limits_model: str = "kyc_intake"  # the owner of the byte and pixel limits
+    work_max_side: int = 2000
+
+    def __post_init__(self) -> None:
+        if self.canvas_size % 32:
+            raise ValueError("canvas_size must be a multiple of 32")
+
+
+def prepare_page(data: bytes, settings: PreprocessSettings,
+                 client_limits: IntakeSettings | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(canvas, scale): the decoded image fitted into the square canvas, and canvas
+    pixels per input pixel along x and y."""
+    owner = client_limits or IntakeSettings()
+    limits = ImageLimits(owner.max_image_bytes, owner.max_image_pixels, settings.work_max_side)
+    decoded = decode_image(data, limits)
+    canvas, box = letterbox(decoded.pixels, settings.canvas_size)
+    scale = np.array([box.scale_x, box.scale_y], np.float32) / decoded.scale
+    return canvas, scale
+
+
+class OcrPreprocessStep:
+    def __init__(self, settings: PreprocessSettings, client_limits: IntakeSettings) -> None:
+        self.settings = settings
+        self.client_limits = client_limits
+
+    @classmethod
+    def from_context(cls, context: StepContext) -> OcrPreprocessStep:
+        settings = context.settings(PreprocessSettings)
+        return cls(settings, context.model_settings(IntakeSettings, settings.limits_model))
+
+    def run(self, requests: Sequence[Request]) -> list[Answer]:
+        # Decoding is per image; the models run batched later.
+        return [self._page(request) for request in requests]
+
+    def _page(self, request: Request) -> Answer:
+        try:
+            pages = [prepare_page(d, self.settings, self.client_limits)
+                     for d in encoded_items(request.inputs, "IMAGE")]
+        except (RequestError, ImageError) as exc:
+            return RequestError(f"IMAGE: {exc}")
+        except Exception as exc:  # this request only
+            return exc
+        return {"CANVAS": np.stack([p[0] for p in pages]),
+                "SCALE": np.stack([p[1] for p in pages])}
+
+
+def rec_alphabet(repository: Repository, rec_model: str) -> list[str]:
+    """The recogniser's classes past the blank: its dict.txt (latest version), then space."""
+    lines = (repository.latest_version(rec_model) / "dict.txt").read_text(
+        encoding="utf-8").splitlines()
+    return [*lines, " "]
+
+
+def _pages(request: Request) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    require(request.inputs, PAGE_INPUTS)
+    canvas, prob, scale = (request.inputs[n] for n in PAGE_INPUTS)
+    if canvas.ndim != 4 or prob.shape != canvas.shape[:3] or scale.shape != (len(canvas), 2):
+        raise RequestError(f"CANVAS {list(canvas.shape)}, PROB_MAP {list(prob.shape)} and SCALE "
+                           f"{list(scale.shape)} do not belong together")
+    return [(canvas[i], prob[i], scale[i]) for i in range(len(canvas))]
+
+
+def _answer(read: Sequence[list[TextLine]]) -> Answer:
+    return {"TEXT_LINES": text_tensor([json.dumps([line.to_json() for line in lines])
+                                       for lines in read]),
+            "DOCUMENT": text_tensor([json.dumps(document_report(lines)) for lines in read])}
+
+
+class OcrPostprocessStep:
+    def __init__(self, reader: DocumentReader) -> None:
+        self.reader = reader
+
+    @classmethod
+    def from_context(cls, context: StepContext) -> OcrPostprocessStep:
+        settings = context.settings(OcrSettings)
+        recogniser = context.callee(settings.rec_model, ["PROBS"])
+        alphabet = rec_alphabet(context.repository, settings.rec_model)
+        return cls(DocumentReader(settings, alphabet,
+                                  lambda batch: recogniser({"IMAGES": batch})["PROBS"]))
+
+    def run(self, requests: Sequence[Request]) -> list[Answer]:
+        spans, pages = gather(requests, _pages)
+        lines = self.reader.read(pages)
+        return scatter(spans, lambda span: _answer([lines[i] for i in span]))

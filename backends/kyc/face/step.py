@@ -1,0 +1,82 @@
+"""``face_preprocess`` as a step: encoded images -> aligned faces, one detector call.
+
+Gather every image of every request -> one :class:`FacePreprocessor` run (the
+detector called once, split only past its ``max_batch_size``) -> scatter one answer
+per request. A bad image answers its own request (INVALID_ARG, naming ``IMAGE`` or
+``IMAGE[k]``); a failing detector answers the whole batch. The face path is built
+here once: ``liveness_sequence`` reuses :func:`face_preprocessor`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from kyc.face.preprocess import (
+    ContextCrop,
+    Detector,
+    FacePreprocessor,
+    FaceResult,
+    FaceSettings,
+    result_tensors,
+)
+from kyc.image import ImageError
+from kyc.intake import IntakeSettings
+from kyc.pipeline.step import (
+    Answer,
+    Request,
+    RequestError,
+    StepContext,
+    encoded_items,
+    gather,
+    scatter,
+)
+
+log = logging.getLogger(__name__)
+
+DETECTOR_OUTPUTS = ("LOC", "SCORES", "LANDMARKS")
+
+
+def face_detector(context: StepContext, model: str) -> Detector:
+    """The face detector ``model`` as a callable: a canvas batch -> its three outputs."""
+    call = context.callee(model, DETECTOR_OUTPUTS)
+
+    def detect(batch):
+        out = call({"IMAGES": batch})
+        return out["LOC"], out["SCORES"], out["LANDMARKS"]
+
+    return detect
+
+
+def face_preprocessor(context: StepContext, settings: FaceSettings,
+                      crop: ContextCrop | None = None) -> FacePreprocessor:
+    """The face path with ``settings``: its detector and the client limits' owner."""
+    return FacePreprocessor(settings, face_detector(context, settings.detector_model), crop,
+                            context.model_settings(IntakeSettings, settings.limits_model))
+
+
+class FacePreprocessStep:
+    def __init__(self, preprocessor: FacePreprocessor) -> None:
+        self.preprocessor = preprocessor
+
+    @classmethod
+    def from_context(cls, context: StepContext) -> FacePreprocessStep:
+        settings = context.settings(FaceSettings)
+        log.info("%s: detector %s at %dx%d, score >= %.2f", context.model,
+                 settings.detector_model, settings.detector_size, settings.detector_size,
+                 settings.score_threshold)
+        return cls(face_preprocessor(context, settings))
+
+    def run(self, requests: Sequence[Request]) -> list[Answer]:
+        spans, images = gather(requests, lambda r: encoded_items(r.inputs, "IMAGE"))
+        results = self.preprocessor.run(images)
+        return scatter(spans, lambda span: _answer([results[i] for i in span]))
+
+
+def _answer(mine: list[FaceResult | Exception]) -> Answer:
+    for k, result in enumerate(mine):
+        if isinstance(result, Exception):
+            where = "IMAGE" if len(mine) == 1 else f"IMAGE[{k}]"
+            kind = RequestError if isinstance(result, ImageError) else type(result)
+            return kind(f"{where}: {result}")
+    return result_tensors(mine)  # type: ignore[arg-type]

@@ -1,0 +1,193 @@
+"""The one adapter from a step to a Triton Python-backend model.
+
+``model_repository/<model>/1/model.py`` is one line of wiring::
+
+    TritonPythonModel = triton_model("kyc.face.step:FacePreprocessStep")
+
+and this module does the rest, the same for every model: read the config Triton
+hands to ``initialize``, build the step with BLS callees; per ``execute`` gather
+every request's inputs (and control inputs and correlation id for a sequence
+model), run the step once, scatter one response per request. Nothing raises out
+of ``execute``. One privacy rule for every model: a request's error says what
+:mod:`kyc.pipeline.step` allows, and the log carries counts, timings and, for an
+unexpected exception, its type and where it was raised, never its text.
+
+``triton_python_backend_utils`` exists only inside a stub: it is imported when first
+needed, so unit tests can put a fake in its place.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kyc.pipeline.modelconfig import Repository
+from kyc.pipeline.step import (
+    Answer,
+    Arrays,
+    CallError,
+    Request,
+    RequestError,
+    StepContext,
+    StepError,
+    StepFactory,
+    UnavailableError,
+)
+
+log = logging.getLogger(__name__)
+
+
+def pb_utils() -> Any:
+    import triton_python_backend_utils
+
+    return triton_python_backend_utils
+
+
+def bls_infer(model: str, inputs: Mapping[str, np.ndarray], outputs: Sequence[str]) -> Arrays:
+    """One BLS call to ``model``: outputs as numpy arrays in CPU memory, or :class:`CallError`.
+
+    A failing callee does not raise inside the stub, it answers with an error:
+    this helper checks it, so no step forgets to.
+    """
+    pb = pb_utils()
+    request = pb.InferenceRequest(
+        model_name=model,
+        requested_output_names=list(outputs),
+        inputs=[pb.Tensor(name, np.ascontiguousarray(a)) for name, a in inputs.items()],
+        # On GPU the callee's outputs may live in device memory; numpy needs host memory.
+        preferred_memory=pb.PreferredMemory(pb.TRITONSERVER_MEMORY_CPU, 0),
+    )
+    response = request.exec()
+    if response.has_error():
+        raise CallError(f"{model} failed: {response.error().message()}")
+    arrays = {}
+    for name in outputs:
+        tensor = pb.get_output_tensor_by_name(response, name)
+        if tensor is None:
+            raise CallError(f"{model} returned no output '{name}'")
+        arrays[name] = tensor.as_numpy()
+    return arrays
+
+
+def public_message(model: str, error: Exception) -> str:
+    """What the client is told: the message of our own errors, the type of others."""
+    if isinstance(error, (RequestError, UnavailableError, StepError)):
+        return str(error)
+    return f"{model} failed: {type(error).__name__}"
+
+
+def where_raised(error: BaseException) -> str:
+    """``file:line in function`` of the innermost frame: a place, never values."""
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return "?"
+    last = frames[-1]
+    return f"{Path(last.filename).name}:{last.lineno} in {last.name}"
+
+
+def error_response(model: str, error: Exception) -> Any:
+    pb = pb_utils()
+    code = (pb.TritonError.INVALID_ARG if isinstance(error, RequestError) else
+            pb.TritonError.UNAVAILABLE if isinstance(error, UnavailableError) else
+            pb.TritonError.INTERNAL)
+    if not isinstance(error, (RequestError, UnavailableError)):
+        log.error("%s: a request failed: %s (%s)", model,
+                  type(error).__name__,
+                  where_raised(error))
+    return pb.InferenceResponse(output_tensors=[],
+                                error=pb.TritonError(public_message(model, error), code))
+
+
+def tensor_response(outputs: Mapping[str, np.ndarray]) -> Any:
+    pb = pb_utils()
+    return pb.InferenceResponse(
+        output_tensors=[pb.Tensor(name, np.ascontiguousarray(a)) for name, a in outputs.items()]
+    )
+
+
+def input_names(config: Mapping[str, Any]) -> list[str]:
+    """The config's inputs, and the control inputs of its sequence batcher."""
+    names = [i["name"] for i in config.get("input", [])]
+    for control in config.get("sequence_batching", {}).get("control_input", []):
+        names.append(control["name"])
+    return names
+
+
+def instance_count(config: Mapping) -> int:
+    """Instances of this model on this server (1 when the config says nothing)."""
+    return max(1, sum(int(g.get("count", 1)) for g in config.get("instance_group", [])))
+
+
+def resolve(target: str | StepFactory) -> StepFactory:
+    """``"package.module:Name"`` -> the factory: ``Name.from_context`` for a step
+    class, else ``Name`` itself (a function of the context)."""
+    if not isinstance(target, str):
+        return target
+    module, _, name = target.partition(":")
+    found = getattr(importlib.import_module(module), name)
+    return getattr(found, "from_context", found)
+
+
+class StepModel:
+    """A Triton Python-backend model serving one step (see :func:`triton_model`)."""
+
+    step_factory: str | StepFactory
+
+    def initialize(self, args: dict[str, str]) -> None:
+        config = json.loads(args["model_config"])
+        self.model = args["model_name"]
+        self.names = input_names(config)
+        self.sequence = "sequence_batching" in config
+        model_dir = Path(args["model_repository"])  # Triton names the model's own folder
+        context = StepContext(self.model, str(args.get("model_version", "")), config,
+                              Repository(model_dir.parent), bls_infer, model_dir=model_dir)
+        self.step = resolve(self.step_factory)(context)
+
+    def execute(self, requests: list) -> list:
+        started = time.perf_counter()
+        pb = pb_utils()
+        batch = []
+        for r in requests:
+            inputs = {}
+            for name in self.names:
+                tensor = pb.get_input_tensor_by_name(r, name)
+                if tensor is not None:
+                    inputs[name] = tensor.as_numpy()
+            batch.append(Request(inputs, r.correlation_id() if self.sequence else None))
+        try:
+            answers: list[Answer] = self.step.run(batch)
+        except Exception as exc:  # never raise out of execute: answer every request
+            answers = [exc] * len(requests)
+        responses = [self._respond(a) for a in answers]
+        log.info("%s: %d requests, %d answered with an error, in %.1f ms", self.model,
+                 len(requests), sum(isinstance(a, Exception) for a in answers),
+                 (time.perf_counter() - started) * 1e3)
+        return responses
+
+    def _respond(self, answer: Answer) -> Any:
+        if isinstance(answer, Exception):
+            return error_response(self.model, answer)
+        try:
+            return tensor_response(answer)
+        except Exception as exc:  # this request only
+            return error_response(self.model, exc)
+
+    def finalize(self) -> None:
+        close = getattr(self.step, "close", None)
+        if close is not None:
+            close()
+
+
+def triton_model(target: str | StepFactory) -> type:
+    """The ``TritonPythonModel`` class serving the step ``target``
+    (``"package.module:StepClass"``, imported when Triton initializes the model)."""
+    factory = target if isinstance(target, str) else staticmethod(target)
+    return type("TritonPythonModel", (StepModel,), {"step_factory": factory})
