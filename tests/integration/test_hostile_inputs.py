@@ -24,11 +24,11 @@ import tritonclient.grpc as grpcclient
 from PIL import Image
 
 import hostile
+from kyc.assets.fetch import fetch_test_photos
 from kyc.bench.core import process_memory
 from kyc.document.synthetic import Degradation, random_identity, render_document
 from kyc.repo.config import load_config
 from kyc.runtime.server import is_ready
-from kyc_export.fetch import fetch_test_photos
 from kyc_testing import SHIPPED_REPOSITORY, concurrently, copy_tree, require_weights, start_server
 
 pytestmark = pytest.mark.integration
@@ -201,12 +201,13 @@ MODELS = ("face_preprocess", "document_ocr", "kyc_ensemble")
 
 def test_every_hostile_request_fails_alone_and_leaves_the_server_as_it_was(served, images):
     server, repository, log_file = served
+    # face_preprocess and ocr_preprocess take the client limits from kyc_intake's config
+    client_limit = parameter(repository, "kyc_intake", "max_image_bytes")
     max_bytes = {
-        "face_preprocess": parameter(repository, "face_preprocess", "max_image_bytes"),
-        "document_ocr": parameter(repository, "ocr_preprocess", "max_image_bytes"),
+        "face_preprocess": client_limit, "document_ocr": client_limit,
+        "kyc_ensemble": client_limit,
         "liveness_sequence": parameter(repository, "liveness_sequence", "max_image_bytes"),
     }
-    max_bytes["kyc_ensemble"] = min(max_bytes["face_preprocess"], max_bytes["document_ocr"])
     cases = hostile.corpus(images["photo"], images["filler"], images["document"],
                            images["selfie"], max_bytes)
     client = grpcclient.InferenceServerClient(server.options.grpc_url)

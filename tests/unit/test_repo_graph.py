@@ -475,3 +475,10 @@ def test_command_fails_cleanly_on_no_repository_or_a_broken_config(tmp_path, cap
     assert main([str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "kyc repo graph: " in err and "bad/config.pbtxt" in err
+
+
+def test_kyc_repo_graph_is_a_command_of_the_cli(capsys):
+    from kyc.cli import main
+
+    assert main(["repo", "graph", str(SHIPPED_REPOSITORY), "--format", "dot"]) == 0
+    assert capsys.readouterr().out.startswith("digraph model_graph {")

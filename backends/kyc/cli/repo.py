@@ -35,6 +35,9 @@ def add_repo_parser(sub: argparse._SubParsersAction) -> None:
     seed.add_argument("src", type=Path)
     seed.add_argument("dest", type=Path)
     seed.set_defaults(func=cmd_repo_seed)
+    from kyc.repo.graph import add_graph_parser
+
+    add_graph_parser(repo)
 
 
 def cmd_repo_check(args: argparse.Namespace) -> int:

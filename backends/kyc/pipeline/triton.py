@@ -85,12 +85,13 @@ def public_message(model: str, error: Exception) -> str:
 
 
 def where_raised(error: BaseException) -> str:
-    """``file:line in function`` of the innermost frame: a place, never values."""
+    """`` (file:line in function)`` of the innermost frame that raised ``error``: a
+    place, never values; empty for an exception returned without being raised."""
     frames = traceback.extract_tb(error.__traceback__)
     if not frames:
-        return "?"
+        return ""
     last = frames[-1]
-    return f"{Path(last.filename).name}:{last.lineno} in {last.name}"
+    return f" ({Path(last.filename).name}:{last.lineno} in {last.name})"
 
 
 def error_response(model: str, error: Exception) -> Any:
@@ -99,7 +100,7 @@ def error_response(model: str, error: Exception) -> Any:
             pb.TritonError.UNAVAILABLE if isinstance(error, UnavailableError) else
             pb.TritonError.INTERNAL)
     if not isinstance(error, (RequestError, UnavailableError)):
-        log.error("%s: a request failed: %s (%s)", model,
+        log.error("%s: a request failed: %s%s", model,
                   type(error).__name__,
                   where_raised(error))
     return pb.InferenceResponse(output_tensors=[],
