@@ -292,6 +292,12 @@ def test_docs_model_graph_is_up_to_date(graph):
     assert DOC.read_text(encoding="utf-8") == to_mermaid(graph), (
         f"{DOC.relative_to(PROJECT_ROOT)} is out of date with model_repository/: run "
         f"`{REGENERATE}` (or `kyc repo graph --output docs/model-graph.mmd`)")
+    architecture = (PROJECT_ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    embedded = architecture.split("<!-- model-graph:begin -->\n```mermaid\n")[1]
+    embedded = embedded.split("```\n<!-- model-graph:end -->")[0]
+    assert embedded == to_mermaid(graph), (
+        "docs/architecture.md's picture is not docs/model-graph.mmd: copy the file between "
+        "its model-graph markers")
 
 
 # -- edge cases, on a repository of our own ----------------------------------------
