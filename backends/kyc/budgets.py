@@ -112,34 +112,31 @@ def configured_queue_policy(repository: Path, model: str) -> QueuePolicy | None:
 MAX_QUEUE_SIZE = 64  # hard bound besides the timeout: 8 full batches
 
 
-def queue_policy_text(model: str) -> str:
-    """The ``default_queue_policy`` block the rule gives ``model`` (pbtxt)."""
-    timeout = queue_timeout_us(model)
-    if timeout is None:
-        raise ValueError(f"{model}: no dynamically batched step, no queue policy")
-    return ("  default_queue_policy {\n"
-            "    timeout_action: REJECT\n"
-            f"    default_timeout_microseconds: {timeout}\n"
-            "    allow_timeout_override: false\n"
-            f"    max_queue_size: {MAX_QUEUE_SIZE}\n"
-            "  }\n")
-
-
 def with_queue_policy(config_text: str, model: str) -> str:
-    """``config_text`` with the rule's queue policy in its ``dynamic_batching`` block."""
-    start = config_text.find("dynamic_batching {")
-    if start < 0:
-        raise ValueError(f"{model}: no dynamic_batching block")
-    if "default_queue_policy" in config_text:
-        raise ValueError(f"{model}: already has a default_queue_policy")
-    depth, index = 0, start
-    while True:  # the block's closing brace
-        char = config_text[index]
-        depth += (char == "{") - (char == "}")
-        if char == "}" and depth == 0:
-            break
-        index += 1
-    return config_text[:index] + queue_policy_text(model) + config_text[index:]
+    """``config_text`` with the rule's queue policy in its ``dynamic_batching`` block
+    (``ValueError`` if it has none or already has a policy). Edited through the
+    ``ModelConfig`` schema, comments kept (:mod:`kyc.repo.config_edit`)."""
+    from kyc.repo.config_edit import edit_config
+
+    def change(config) -> None:
+        if not config.HasField("dynamic_batching"):
+            raise ValueError(f"{model}: no dynamic_batching block")
+        if config.dynamic_batching.HasField("default_queue_policy"):
+            raise ValueError(f"{model}: already has a default_queue_policy")
+        timeout = queue_timeout_us(model)
+        if timeout is None:
+            raise ValueError(f"{model}: no dynamically batched step, no queue policy")
+        policy = config.dynamic_batching.default_queue_policy
+        policy.timeout_action = policy.REJECT
+        policy.default_timeout_microseconds = timeout
+        policy.allow_timeout_override = False
+        policy.max_queue_size = MAX_QUEUE_SIZE
+
+    # REJECT and false are proto3 defaults, which the text format leaves out: written
+    # anyway, so that the file says what it does
+    explicit = [f"dynamic_batching.default_queue_policy.{name}"
+                for name in ("timeout_action", "allow_timeout_override")]
+    return edit_config(config_text, change, explicit=explicit)
 
 
 def configured_queue_delay_us(repository: Path, model: str) -> int | None:

@@ -19,7 +19,7 @@ from kyc.budgets import (
     queue_timeout_us,
     with_queue_policy,
 )
-from kyc.repo.config import load_config
+from kyc.repo.config import load_config, parse_config
 from kyc_testing import SHIPPED_REPOSITORY
 
 ENSEMBLES = {"kyc_ensemble", "document_ocr"}
@@ -96,3 +96,21 @@ def test_a_policy_is_not_added_twice_nor_to_a_model_without_a_dynamic_batcher(tm
     liveness = (SHIPPED_REPOSITORY / "liveness_sequence" / "config.pbtxt").read_text()
     with pytest.raises(ValueError):
         with_queue_policy(liveness, "liveness_sequence")
+
+
+def test_the_policy_goes_into_the_config_with_its_comments_and_says_reject():
+    text = (SHIPPED_REPOSITORY / "face_preprocess" / "config.pbtxt").read_text()
+
+    new = with_queue_policy(text, "face_preprocess")
+
+    expected = parse_config(text)
+    policy = expected.dynamic_batching.default_queue_policy
+    policy.default_timeout_microseconds = queue_timeout_us("face_preprocess")
+    policy.max_queue_size = MAX_QUEUE_SIZE  # REJECT, no override: the proto3 defaults
+    assert parse_config(new) == expected
+    def comments(config: str) -> list[str]:
+        return [line.strip() for line in config.splitlines() if line.strip().startswith("#")]
+
+    assert comments(new) == comments(text)
+    assert "    timeout_action: REJECT" in new.splitlines()
+    assert "    allow_timeout_override: false" in new.splitlines()

@@ -21,6 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 from kyc.cli import main as kyc_main
 from kyc.repo.check import check_repository, check_version, served_versions, version_dirs
 from kyc.repo.config import load_config, parse_config
+from kyc.repo.config_edit import format_config
 from kyc.repo.publish import PublishError
 from kyc_export import arcface, cli, convert, synthetic
 from kyc_export.errors import ParityError
@@ -341,25 +342,34 @@ def changed_lines(old: str, new: str) -> list[tuple[str, str]]:
     return [(a, b) for a, b in zip(old.splitlines(), new.splitlines(), strict=False) if a != b]
 
 
+def relaid(text: str) -> str:
+    """``text`` as an edit writes it back (through protobuf's text format), unchanged."""
+    return format_config(parse_config(text), like=text)
+
+
 def test_setting_the_output_dims_changes_only_that_value_and_keeps_comments():
     new = arcface.set_output_dims(FACE_EMBEDDING_CONFIG, "EMBEDDING", [512])
 
-    assert changed_lines(FACE_EMBEDDING_CONFIG, new) == [
+    assert changed_lines(relaid(FACE_EMBEDDING_CONFIG), new) == [
         (
-            '  { name: "EMBEDDING" data_type: TYPE_FP32 dims: [ 128 ] }  # D',
-            '  { name: "EMBEDDING" data_type: TYPE_FP32 dims: [ 512 ] }  # D',
+            'output { name: "EMBEDDING" data_type: TYPE_FP32 dims: [128] }  # D',
+            'output { name: "EMBEDDING" data_type: TYPE_FP32 dims: [512] }  # D',
         )
     ]
-    assert len(new.splitlines()) == len(FACE_EMBEDDING_CONFIG.splitlines())
+    assert len(new.splitlines()) == len(relaid(FACE_EMBEDDING_CONFIG).splitlines())
+    assert "# The face-match threshold, chosen for the weights." in new.splitlines()
+    expected = parse_config(FACE_EMBEDDING_CONFIG)
+    expected.output[0].dims[:] = [512]
+    assert parse_config(new) == expected
 
 
 def test_setting_the_match_threshold_updates_the_existing_entry_in_place():
     new = arcface.set_string_parameter(FACE_EMBEDDING_CONFIG, "match_threshold", "0.28")
 
-    assert changed_lines(FACE_EMBEDDING_CONFIG, new) == [
+    assert changed_lines(relaid(FACE_EMBEDDING_CONFIG), new) == [
         (
-            '  { key: "match_threshold" value: { string_value: "0.363" } }',
-            '  { key: "match_threshold" value: { string_value: "0.28" } }',
+            'parameters { key: "match_threshold" value { string_value: "0.363" } }',
+            'parameters { key: "match_threshold" value { string_value: "0.28" } }',
         )
     ]
 
@@ -378,7 +388,7 @@ def test_setting_the_version_policy_replaces_the_existing_one():
 
     new = arcface.set_version_policy(text, [3])
 
-    assert new == FACE_EMBEDDING_CONFIG + "version_policy: { specific: { versions: [ 3 ] } }\n"
+    assert new == relaid(FACE_EMBEDDING_CONFIG) + "version_policy { specific { versions: [3] } }\n"
 
 
 def test_editing_the_dims_of_an_output_that_does_not_exist_is_refused():
