@@ -27,9 +27,20 @@ The generator (``GENERATOR_VERSION``), per case, one kind:
 
 Expired documents and minors are not fraud: the decision's policy handles them.
 
-The ONNX graph: ``FEATURES`` float32 [N, F] -> standardise -> MatMul -> Add ->
-Sigmoid -> ``FRAUD_SCORE`` float32 [N, 1]; the feature names, their version and what
-it was trained on are in its metadata.
+The model: scikit-learn's StandardScaler and LogisticRegression (L2, the intercept
+not shrunk, solver newton-cholesky), converted by skl2onnx. They replaced a
+hand-written Newton solver and a hand-built graph that minimised the same objective;
+measured on the default data (20000 cases, 16000 to fit, 4000 held out): weights
+within 6e-8, the float32 scores of the served graph identical (max difference 0; with
+solver lbfgs 2.4e-7), held-out AUC 0.990345 both; the build's two fits 45 ms (ours
+33 ms) once scikit-learn and skl2onnx are imported (1.4 s); onnxruntime on CPU 5.3 us
+a batch of 1 (ours 5.2), 7.6 us a batch of 32 (ours 6.5: the ai.onnx.ml
+LinearClassifier), nothing beside a served request.
+
+The ONNX graph: ``FEATURES`` float32 [N, F] -> Sub, Div (standardise) ->
+LinearClassifier (ai.onnx.ml, logistic) -> Slice (P(fraud)) -> ``FRAUD_SCORE`` float32
+[N, 1]; the feature names, their version, what it was trained on and by what are in
+its metadata.
 """
 
 from __future__ import annotations
@@ -39,6 +50,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
@@ -48,11 +60,16 @@ from kyc.decision.features import FEATURES, FEATURES_VERSION
 
 from .errors import ConversionError
 
+if TYPE_CHECKING:  # scikit-learn and skl2onnx are imported when training (1.4 s)
+    from sklearn.pipeline import Pipeline
+
 GENERATOR_VERSION = "kyc-antifraud-synthetic-v2"
 DEFAULT_SEED = 20261122
 DEFAULT_CASES = 20000
 L2 = 1e-2
 MODEL_NAME = "antifraud"
+# The start of the kyc.trainer metadata; an installed model without it is retrained.
+TRAINER = "scikit-learn StandardScaler + LogisticRegression newton-cholesky, skl2onnx"
 KINDS = {"genuine": 0.60, "impostor": 0.10, "forged_document": 0.10,
          "presentation_attack": 0.08, "stolen_token": 0.05, "document_copy": 0.07}
 
@@ -118,81 +135,67 @@ def _case(rng: np.random.Generator, kind: str) -> dict[str, float]:
     return row
 
 
-@dataclass(frozen=True)
-class LogisticModel:
-    mean: np.ndarray  # [F]
-    scale: np.ndarray  # [F]
-    weights: np.ndarray  # [F]
-    bias: float
+def train(x: np.ndarray, y: np.ndarray, l2: float = L2) -> Pipeline:
+    """Standardise, then an L2-regularised logistic regression (scikit-learn, deterministic).
 
-    def predict(self, x: np.ndarray) -> np.ndarray:
-        z = ((x - self.mean) / self.scale) @ self.weights + self.bias
-        return 1.0 / (1.0 + np.exp(-z))
-
-
-def train(x: np.ndarray, y: np.ndarray, l2: float = L2, iterations: int = 30) -> LogisticModel:
-    """L2-regularised logistic regression by Newton's method (deterministic)."""
+    It minimises ``sum(log loss) + l2 * N / 2 * |w|^2`` over the standardised features,
+    the intercept not shrunk: scikit-learn's ``C * sum(log loss) + |w|^2 / 2`` with
+    ``C = 1 / (l2 * N)``. ``newton-cholesky`` is Newton's method with an exact solve
+    (6 iterations on the default data).
+    """
     if x.ndim != 2 or x.shape[1] != len(FEATURES) or len(x) != len(y):
         raise ConversionError(f"training data must be [N, {len(FEATURES)}] with N labels")
     if len(np.unique(y)) != 2:
         raise ConversionError("training data needs both genuine (0) and fraud (1) cases")
-    x64, y64 = x.astype(np.float64), y.astype(np.float64)
-    mean = x64.mean(axis=0)
-    scale = x64.std(axis=0)
-    scale[scale < 1e-6] = 1.0
-    z = np.hstack([(x64 - mean) / scale, np.ones((len(x64), 1))])
-    w = np.zeros(z.shape[1])
-    penalty = np.full(z.shape[1], l2 * len(z))
-    penalty[-1] = 0.0  # the bias is not shrunk
-    for _ in range(iterations):
-        p = 1.0 / (1.0 + np.exp(-(z @ w)))
-        gradient = z.T @ (p - y64) + penalty * w
-        hessian = (z * (p * (1 - p))[:, None]).T @ z + np.diag(penalty)
-        step = np.linalg.solve(hessian, gradient)
-        w -= step
-        if np.abs(step).max() < 1e-8:
-            break
-    return LogisticModel(mean.astype(np.float32), scale.astype(np.float32),
-                         w[:-1].astype(np.float32), float(w[-1]))
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    model = make_pipeline(StandardScaler(), LogisticRegression(
+        C=1.0 / (l2 * len(y)), solver="newton-cholesky", tol=1e-10, max_iter=100))
+    return model.fit(x.astype(np.float64), y.astype(np.int64))
 
 
-def auc(scores: np.ndarray, labels: np.ndarray) -> float:
-    """Area under the ROC curve (rank statistic, ties averaged)."""
-    order = np.argsort(scores, kind="mergesort")
-    ranks = np.empty(len(scores))
-    ranks[order] = np.arange(1, len(scores) + 1)
-    for value in np.unique(scores):  # average the ranks of ties
-        tied = scores == value
-        ranks[tied] = ranks[tied].mean()
-    positives = labels == 1
-    n_pos, n_neg = positives.sum(), (~positives).sum()
-    return float((ranks[positives].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+def predict(model: Pipeline, x: np.ndarray) -> np.ndarray:
+    """P(fraud) of each case, in float64 (the ONNX graph computes it in float32)."""
+    return model.predict_proba(x.astype(np.float64))[:, 1]
 
 
-def to_onnx(model: LogisticModel, trained_on: str, metrics: str) -> onnx.ModelProto:
-    inits = [
-        numpy_helper.from_array(model.mean.astype(np.float32), "mean"),
-        numpy_helper.from_array(model.scale.astype(np.float32), "scale"),
-        numpy_helper.from_array(model.weights.astype(np.float32)[:, None], "weights"),
-        numpy_helper.from_array(np.array([model.bias], np.float32), "bias"),
-    ]
-    nodes = [
-        helper.make_node("Sub", ["FEATURES", "mean"], ["centred"]),
-        helper.make_node("Div", ["centred", "scale"], ["standard"]),
-        helper.make_node("MatMul", ["standard", "weights"], ["logit_raw"]),
-        helper.make_node("Add", ["logit_raw", "bias"], ["logit"]),
-        helper.make_node("Sigmoid", ["logit"], ["FRAUD_SCORE"]),
-    ]
-    graph = helper.make_graph(
-        nodes, MODEL_NAME,
-        [helper.make_tensor_value_info("FEATURES", TensorProto.FLOAT, ["N", len(FEATURES)])],
-        [helper.make_tensor_value_info("FRAUD_SCORE", TensorProto.FLOAT, ["N", 1])], inits)
-    onnx_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
-                                   producer_name="kyc_export")
-    onnx_model.ir_version = 9
+def trainer() -> str:
+    """What trained and converted the model (the ``kyc.trainer`` metadata)."""
+    import skl2onnx
+    import sklearn
+
+    return f"{TRAINER} (scikit-learn {sklearn.__version__}, skl2onnx {skl2onnx.__version__})"
+
+
+def to_onnx(model: Pipeline, trained_on: str, metrics: str) -> onnx.ModelProto:
+    """skl2onnx's graph with the served names: ``FEATURES`` -> ``FRAUD_SCORE`` [N, 1]."""
+    from skl2onnx import to_onnx as convert
+    from skl2onnx.common.data_types import FloatTensorType
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    onnx_model = convert(
+        model, initial_types=[("FEATURES", FloatTensorType([None, len(FEATURES)]))],
+        name=MODEL_NAME, target_opset={"": 17, "ai.onnx.ml": 3},
+        # standard Sub and Div for the scaler, P(genuine) and P(fraud) as a tensor
+        options={StandardScaler: {"div": "div"}, LogisticRegression: {"zipmap": False}})
+    graph = onnx_model.graph
+    graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"  # the batch, as Triton's
+    (probabilities,) = [o.name for o in graph.output if o.name == "probabilities"]
+    graph.initializer.extend([numpy_helper.from_array(np.array([1], np.int64), "fraud_column"),
+                              numpy_helper.from_array(np.array([2], np.int64), "fraud_end")])
+    graph.node.append(helper.make_node(  # probabilities[:, 1:2]: P(fraud) as [N, 1]
+        "Slice", [probabilities, "fraud_column", "fraud_end", "fraud_column"], ["FRAUD_SCORE"]))
+    del graph.output[:]
+    graph.output.append(helper.make_tensor_value_info("FRAUD_SCORE", TensorProto.FLOAT, ["N", 1]))
+    # the oldest IR that carries these opsets, as the converted models (convert.py)
+    onnx_model.ir_version = helper.find_min_ir_version_for(list(onnx_model.opset_import))
     for key, value in (("kyc.features", ",".join(FEATURES)),
                        ("kyc.features_version", FEATURES_VERSION),
-                       ("kyc.trained_on", trained_on), ("kyc.metrics", metrics)):
+                       ("kyc.trained_on", trained_on), ("kyc.metrics", metrics),
+                       ("kyc.trainer", trainer())):
         entry = onnx_model.metadata_props.add()
         entry.key, entry.value = key, value
     onnx.checker.check_model(onnx_model, full_check=True)
@@ -243,8 +246,11 @@ def build(csv_path: Path | None = None, seed: int = DEFAULT_SEED,
     split = np.random.default_rng(0).permutation(len(y))
     cut = max(1, int(0.8 * len(y)))
     fit, hold = split[:cut], split[cut:]
+    from sklearn.metrics import roc_auc_score
+
     model = train(x[fit], y[fit])
-    held = auc(model.predict(x[hold]), y[hold]) if len(np.unique(y[hold])) == 2 else float("nan")
+    held = (float(roc_auc_score(y[hold], predict(model, x[hold])))
+            if len(np.unique(y[hold])) == 2 else float("nan"))
     final = train(x, y)
     metrics = f"holdout AUC {held:.4f} on {len(hold)} cases"
     return Trained(to_onnx(final, trained_on, metrics), trained_on, held, len(y))
@@ -256,10 +262,12 @@ def features_of(model: onnx.ModelProto) -> Sequence[str]:
 
 
 def installed_matches(path: Path, trained_on: str) -> bool:
-    """Whether the model at ``path`` was trained as ``trained_on`` on today's features."""
+    """Whether the model at ``path`` was trained as ``trained_on`` on today's features,
+    by today's trainer."""
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception:  # unreadable: reinstall
         return False
     meta = {p.key: p.value for p in model.metadata_props}
-    return meta.get("kyc.trained_on") == trained_on and tuple(features_of(model)) == FEATURES
+    return (meta.get("kyc.trained_on") == trained_on and tuple(features_of(model)) == FEATURES
+            and meta.get("kyc.trainer", "").startswith(TRAINER))
