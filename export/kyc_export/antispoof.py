@@ -24,11 +24,11 @@ from pathlib import Path
 
 import onnx
 
+from kyc.assets.files import replace_file
 from kyc.repo.check import check_model
 from kyc.repo.config_edit import set_string_parameter
 from kyc.repo.publish import PublishError, publish
 
-from ._fs import replace_file
 from .errors import ConversionError
 
 MODEL_NAME = "face_antispoof"

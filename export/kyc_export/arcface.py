@@ -26,6 +26,8 @@ import torch.nn.functional as F  # noqa: N812 - the usual torch alias
 from onnx import TensorProto
 from torch import nn
 
+from kyc.assets.fetch import sha256_file
+from kyc.assets.files import replace_file
 from kyc.repo.check import CONFIG, check_model, check_version, served_versions, version_dirs
 from kyc.repo.config import parse_config
 from kyc.repo.config_edit import (
@@ -36,7 +38,6 @@ from kyc.repo.config_edit import (
 )
 from kyc.repo.publish import Published, PublishError, publish
 
-from ._fs import replace_file
 from .convert import (
     L2_EPSILON,
     SFACE_TARGET_OPSET,
@@ -45,7 +46,6 @@ from .convert import (
     preprocess_nodes,
 )
 from .errors import ConversionError, InstallError, ParityError
-from .fetch import sha256_file
 from .graph import opset_version, replace_input, replace_outputs, set_metadata, tensor_info
 from .iresnet import (
     ARCH_LAYERS,

@@ -1,7 +1,8 @@
 """``kyc models fetch|list|arcface``: the command-line face of kyc_export.
 
-The main ``kyc`` CLI registers these with :func:`add_models_parser`; the parsed
-namespace's ``func`` is :func:`handle_models`, which returns the exit status.
+The main ``kyc`` CLI finds :func:`register` through the entry point ``models`` of the
+group ``kyc.commands`` (pyproject.toml), which adds them with :func:`add_models_parser`;
+the parsed namespace's ``func`` is :func:`handle_models`, which returns the exit status.
 ``python -m kyc_export models ...`` works on its own too.
 """
 
@@ -15,11 +16,12 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
+from kyc.assets.errors import AssetError
+from kyc.assets.fetch import CACHE_ENV
+from kyc.assets.manifest import Artifact, load_manifest
 from kyc.repo.config_edit import ConfigEditError
 
 from .errors import KycExportError
-from .fetch import CACHE_ENV
-from .manifest import Artifact, load_manifest
 from .pipeline import download_archives, fetch_models
 
 REPOSITORY_ENV = "KYC_MODEL_REPOSITORY"
@@ -28,6 +30,11 @@ ARCFACE_ARCHS = ("r18", "r34", "r50", "r100")
 ARCFACE_INSTALL_HINT = "pip install -c constraints.txt -e '.[arcface]'"
 # kyc_export.minifasnet.ARCHS, for the same reason.
 ANTISPOOF_ARCHS = ("MiniFASNetV1", "MiniFASNetV2", "MiniFASNetV1SE", "MiniFASNetV2SE")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """The ``kyc.commands`` entry point: ``kyc models ...`` in the ``kyc`` command line."""
+    add_models_parser(subparsers)
 
 
 def add_models_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -225,7 +232,7 @@ def handle_models(args: argparse.Namespace) -> int:
         if args.models_action == "antifraud":
             return _antifraud(args)
         return _list()
-    except (KycExportError, ConfigEditError, OSError) as exc:
+    except (KycExportError, AssetError, ConfigEditError, OSError) as exc:
         print(f"kyc models {args.models_action}: error: {exc}", file=sys.stderr)
         return 1
 
@@ -315,10 +322,10 @@ def _arcface_export(args: argparse.Namespace, arcface: ModuleType) -> int:
 
 
 def _antifraud(args: argparse.Namespace) -> int:
+    from kyc.assets.files import replace_file
     from kyc.repo.publish import publish
 
     from . import antifraud
-    from ._fs import replace_file
 
     spec = load_manifest().trained["antifraud"]
     if tuple(spec["features"]) != antifraud.FEATURES:
@@ -386,7 +393,7 @@ def _antispoof(args: argparse.Namespace) -> int:
     scale = scale or exported.scale
     summary = f"{arch}: torch vs onnxruntime {_parity(exported.parity)}"
     if args.antispoof_action == "export":
-        from ._fs import replace_file
+        from kyc.assets.files import replace_file
 
         replace_file(args.out, exported.model.SerializeToString())
         print(summary)

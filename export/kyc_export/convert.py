@@ -16,6 +16,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, version_converter
 
+from kyc.assets.manifest import ModelSpec
+
 from . import __version__
 from .dequant import fold_constant_dequantize
 from .errors import ConversionError
@@ -34,7 +36,6 @@ from .graph import (
     set_metadata,
     tensor_info,
 )
-from .manifest import ModelSpec
 
 # Bump whenever a converter's output changes: installed models with an older value
 # in their metadata are reconverted by `kyc models fetch`.

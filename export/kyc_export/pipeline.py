@@ -9,11 +9,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kyc.assets.errors import ManifestError
+from kyc.assets.fetch import default_cache_dir, download, read_verified_member
+from kyc.assets.manifest import Manifest, ModelSpec, load_manifest
+
 from .convert import CONVERTER_VERSION, convert, provenance_metadata
-from .errors import ManifestError, ValidationError
-from .fetch import default_cache_dir, download, read_verified_member
+from .errors import ValidationError
 from .install import MODEL_FILE, install, is_up_to_date
-from .manifest import Manifest, ModelSpec, load_manifest
 from .parity import check_parity
 from .validate import validate
 
@@ -52,7 +54,8 @@ def fetch_models(
     A model whose installed file carries the manifest's source sha256 and the current
     converter version is skipped unless ``force``. Each step reports one line with
     its duration to ``progress`` (default: the logger). The first failure raises a
-    :class:`~kyc_export.errors.KycExportError` naming the model; models already
+    :class:`~kyc_export.errors.KycExportError` naming the model (a
+    :class:`~kyc.assets.errors.AssetError` for a pin or a download); models already
     installed stay installed.
     """
     specs = _selected(manifest or load_manifest(), models)

@@ -16,10 +16,10 @@ import pytest
 import tritonclient.grpc as grpcclient
 from PIL import Image
 
+from kyc.assets.fetch import fetch_test_photos
 from kyc.liveness.client import run_session
 from kyc.liveness.synthetic import turn_sequence
 from kyc.repo.config import model_parameters
-from kyc_export.fetch import fetch_test_photos
 from kyc_testing import PROJECT_ROOT, SHIPPED_REPOSITORY, copy_tree, require_weights, start_server
 
 pytestmark = pytest.mark.integration

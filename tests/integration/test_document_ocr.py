@@ -14,6 +14,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from PIL import Image
 
+from kyc.assets import fetch
 from kyc.document.synthetic import (
     Degradation,
     alter_mrz_digit,
@@ -21,7 +22,6 @@ from kyc.document.synthetic import (
     render_document,
 )
 from kyc.runtime.server import is_ready
-from kyc_export import fetch
 from kyc_testing import concurrently
 
 pytestmark = pytest.mark.integration

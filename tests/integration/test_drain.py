@@ -17,9 +17,9 @@ import tritonclient.grpc as grpcclient
 from PIL import Image
 from test_serve_cli import ServeProcess
 
+from kyc.assets.fetch import fetch_test_photos
 from kyc.liveness.client import LivenessReply, LivenessStream
 from kyc.liveness.synthetic import turn_sequence
-from kyc_export.fetch import fetch_test_photos
 from kyc_testing import SHIPPED_REPOSITORY, copy_tree, require_weights
 
 pytestmark = pytest.mark.integration

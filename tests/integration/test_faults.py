@@ -22,11 +22,11 @@ import tritonclient.grpc as grpcclient
 from PIL import Image
 from tritonclient.utils import InferenceServerException
 
+from kyc.assets.fetch import fetch_test_photos
 from kyc.client import NO_RETRY, KycClient, KycUnavailableError
 from kyc.liveness.client import LivenessReply
 from kyc.liveness.synthetic import turn_sequence
 from kyc.runtime.server import SHM_DIR, ServerOptions, TritonServer, is_ready
-from kyc_export.fetch import fetch_test_photos
 from kyc_testing import (
     SHIPPED_REPOSITORY,
     copy_tree,

@@ -25,12 +25,12 @@ from PIL import Image
 from test_hot_update import one
 from test_poll_publish import Load, load_inputs, states
 
+from kyc.assets.fetch import fetch_test_photos
 from kyc.bench.core import process_memory
 from kyc.document.synthetic import Degradation, random_identity, render_document
 from kyc.liveness.client import LivenessReply
 from kyc.liveness.synthetic import turn_sequence
 from kyc.runtime.server import is_ready
-from kyc_export.fetch import fetch_test_photos
 from kyc_testing import (
     ECHO_CONFIG,
     SHIPPED_REPOSITORY,

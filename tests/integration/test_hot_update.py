@@ -14,11 +14,11 @@ import tritonclient.grpc as grpcclient
 from PIL import Image
 from test_poll_publish import Load, kyc_publish, states
 
+from kyc.assets.fetch import fetch_test_photos
 from kyc.document.synthetic import Degradation, random_identity, render_document
 from kyc.liveness.client import LivenessReply
 from kyc.liveness.synthetic import turn_sequence
 from kyc.runtime.procs import stub_files
-from kyc_export.fetch import fetch_test_photos
 from kyc_testing import (
     SHIPPED_REPOSITORY,
     copy_tree,

@@ -31,10 +31,10 @@ import tritonclient.grpc as grpcclient
 from test_kyc_ensemble import document, token_of, verify
 from test_poll_publish import load_inputs
 
+from kyc.assets.fetch import fetch_test_photos
 from kyc.cli import main
 from kyc.document.synthetic import random_identity
 from kyc.runtime.server import ServerOptions, free_port, is_ready, repository_index
-from kyc_export.fetch import fetch_test_photos
 from kyc_testing import SHIPPED_REPOSITORY
 
 pytestmark = pytest.mark.integration

@@ -18,6 +18,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from PIL import Image
 
+from kyc.assets.fetch import fetch_test_photos
 from kyc.document.synthetic import (
     Degradation,
     alter_mrz_digit,
@@ -27,7 +28,6 @@ from kyc.document.synthetic import (
 from kyc.liveness.client import run_session
 from kyc.liveness.synthetic import turn_sequence
 from kyc.runtime.server import is_ready
-from kyc_export.fetch import fetch_test_photos
 from kyc_testing import concurrently
 
 pytestmark = pytest.mark.integration

@@ -15,11 +15,11 @@ import pytest
 import tritonclient.grpc as grpcclient
 from PIL import Image
 
+from kyc.assets.fetch import fetch_test_photos
 from kyc.liveness.client import LivenessReply, frame_input, run_session
 from kyc.liveness.synthetic import encode, turn_sequence
 from kyc.liveness.token import TokenError, TokenSealer, load_key
 from kyc.runtime.server import is_ready
-from kyc_export.fetch import fetch_test_photos
 
 pytestmark = pytest.mark.integration
 

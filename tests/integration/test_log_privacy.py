@@ -13,10 +13,10 @@ import pytest
 import tritonclient.grpc as grpcclient
 from PIL import Image
 
+from kyc.assets.fetch import fetch_test_photos
 from kyc.document.synthetic import Degradation, random_identity, render_document
 from kyc.liveness.client import run_session
 from kyc.liveness.synthetic import turn_sequence
-from kyc_export.fetch import fetch_test_photos
 from kyc_testing import SHIPPED_REPOSITORY, copy_tree, require_weights, start_server
 
 pytestmark = pytest.mark.integration

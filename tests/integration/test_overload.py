@@ -30,6 +30,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from kyc.assets.fetch import fetch_test_photos
 from kyc.budgets import (
     BUDGETS_MS,
     STEP_OF,
@@ -38,7 +39,6 @@ from kyc.budgets import (
     with_queue_policy,
 )
 from kyc.client import KycClient, RetryPolicy
-from kyc_export.fetch import fetch_test_photos
 from kyc_testing import SHIPPED_REPOSITORY, copy_tree, require_weights, start_server
 from loadgen import OK, closed_loop_rate, run_open_loop, summarize, triton_starter
 

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from kyc_export import fetch
+from kyc.assets import fetch
 from kyc_testing import PROJECT_ROOT
 
 pytestmark = pytest.mark.integration

@@ -15,10 +15,10 @@ import tritonclient.grpc as grpcclient
 from test_drain import session_frames
 from test_kyc_ensemble import verify as kyc_verify
 
+from kyc.assets.fetch import fetch_test_photos
 from kyc.cli import main
 from kyc.liveness.client import LivenessReply, LivenessStream
 from kyc.liveness.token import ENV_KEY, ENV_KEY_FILE, key_id, load_key
-from kyc_export.fetch import fetch_test_photos
 from kyc_testing import SHIPPED_REPOSITORY, copy_tree, start_server
 
 pytestmark = pytest.mark.integration

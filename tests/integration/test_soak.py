@@ -21,9 +21,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 from PIL import Image
 
+from kyc.assets.fetch import fetch_test_photos
 from kyc.bench.core import process_memory
 from kyc.document.synthetic import Degradation, random_identity, render_document
-from kyc_export.fetch import fetch_test_photos
 from loadgen import closed_loop_rate, run_open_loop, split_by_time, summarize, triton_starter
 
 pytestmark = pytest.mark.integration

@@ -18,6 +18,7 @@ import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
+from kyc.assets.fetch import sha256_file
 from kyc.cli import main as kyc_main
 from kyc.repo.check import check_repository, check_version, served_versions, version_dirs
 from kyc.repo.config import load_config, parse_config
@@ -25,7 +26,6 @@ from kyc.repo.config_edit import format_config
 from kyc.repo.publish import PublishError
 from kyc_export import arcface, cli, convert, synthetic
 from kyc_export.errors import ParityError
-from kyc_export.fetch import sha256_file
 from kyc_export.iresnet import ARCH_LAYERS, build_iresnet
 from kyc_export.parity import sample_images, session
 

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from kyc_export import fetch, synthetic
-from kyc_export.errors import ChecksumError, FetchError
-from kyc_export.manifest import ArchiveSource, Member, parse_manifest
+from kyc.assets import fetch
+from kyc.assets.errors import ChecksumError, FetchError
+from kyc.assets.manifest import ArchiveSource, Member, parse_manifest
+from kyc_export import synthetic
 
 MEMBER = "kyc_fixture_pkg/model.bin"
 CONTENT = b"not really a model"

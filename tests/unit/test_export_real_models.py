@@ -16,9 +16,9 @@ import onnxruntime as ort
 import pytest
 from onnx import helper
 
-from kyc_export import fetch
+from kyc.assets import fetch
+from kyc.assets.manifest import load_manifest
 from kyc_export.convert import Converted, convert
-from kyc_export.manifest import load_manifest
 from kyc_export.parity import TOLERANCES, check_parity, run
 from kyc_export.validate import validate
 

@@ -9,8 +9,9 @@ from google.protobuf import text_format
 from onnx import TensorProto, helper
 from tritonclient.grpc import model_config_pb2
 
-from kyc_export.errors import ManifestError, ValidationError
-from kyc_export.manifest import load_manifest, parse_manifest
+from kyc.assets.errors import ManifestError
+from kyc.assets.manifest import load_manifest, parse_manifest
+from kyc_export.errors import ValidationError
 from kyc_export.validate import validate
 
 REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"

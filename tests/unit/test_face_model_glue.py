@@ -13,7 +13,7 @@ import pytest
 
 import fake_triton
 from fake_triton import FakeError, FakeResponse, FakeTensor
-from kyc_export import fetch
+from kyc.assets import fetch
 from kyc_testing import SHIPPED_REPOSITORY, require_weights
 
 CONFIG_PATH = SHIPPED_REPOSITORY / "face_preprocess" / "config.pbtxt"

@@ -17,11 +17,11 @@ from PIL import Image
 import fake_triton
 import hostile
 from fake_triton import FakeError, FakeTensor
+from kyc.assets.fetch import fetch_test_photos
 from kyc.image import ImageError, ImageLimits, check_image, decode_image
 from kyc.intake import IMAGE_INPUTS, IntakeSettings, check_images
 from kyc.repo.config import load_config
 from kyc.settings import from_parameters
-from kyc_export.fetch import fetch_test_photos
 from kyc_testing import SHIPPED_REPOSITORY
 
 FACE_LIMITS = ImageLimits(20 << 20, 40_000_000, 1600)

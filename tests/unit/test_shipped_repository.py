@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from kyc.assets.manifest import load_manifest
 from kyc.cli import main
 from kyc.repo.check import check_repository
 from kyc.repo.config import load_config, model_kind, type_name
-from kyc_export.manifest import load_manifest
 from kyc_testing import SHIPPED_REPOSITORY, require_weights
 
 CONFIGS = sorted(SHIPPED_REPOSITORY.glob("*/config.pbtxt"))
@@ -114,8 +114,8 @@ def test_antifraud_takes_the_pinned_feature_vector_and_no_tensorrt():
 
 def test_the_tensorrt_profiles_cover_every_shape_the_python_steps_send():
     """On GPU a shape outside the engine's profile fails the request."""
-    from kyc.document.step import PreprocessSettings
     from kyc.document.ocr import OcrSettings
+    from kyc.document.step import PreprocessSettings
     from kyc.face.preprocess import FaceSettings
     from kyc.repo.config import model_parameters
     from kyc.settings import from_parameters

@@ -503,7 +503,7 @@ class TensorClient:
 def face_photos(count: int = 0) -> list[bytes]:
     """The real test portraits, encoded (the manifest's photos, CREDITS left out); all
     of them whatever ``count``: requests cycle through them."""
-    from kyc_export.fetch import fetch_test_photos
+    from kyc.assets.fetch import fetch_test_photos
 
     photos = fetch_test_photos()
     return [photos[role].read_bytes() for role in sorted(photos) if role != "CREDITS"]

@@ -38,8 +38,8 @@ PEER_PACKAGE = "rapidocr-onnxruntime"
 
 def document_cases(count: int) -> list[DocumentCase]:
     """``count`` rendered documents (TD3 and TD1 in turn), at least 2."""
+    from kyc.assets.fetch import fetch_test_photos
     from kyc.document.synthetic import require_fonts
-    from kyc_export.fetch import fetch_test_photos
 
     require_fonts()
     photos = fetch_test_photos()

@@ -49,8 +49,8 @@ class KycCase:
 def kyc_cases(count: int) -> list[KycCase]:
     from PIL import Image
 
+    from kyc.assets.fetch import fetch_test_photos
     from kyc.document.synthetic import Degradation, random_identity, render_document
-    from kyc_export.fetch import fetch_test_photos
 
     photos = fetch_test_photos()
     cases = []

@@ -141,7 +141,7 @@ class FilmLibrary:
         import tritonclient.grpc as grpcclient
         from PIL import Image
 
-        from kyc_export.fetch import fetch_test_photos
+        from kyc.assets.fetch import fetch_test_photos
 
         if not 1 <= persons <= len(ROLES):
             raise LivenessBenchError(f"persons must be 1 to {len(ROLES)}, not {persons}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from importlib.metadata import EntryPoint, distributions
 from pathlib import Path
 
 from kyc import __version__
@@ -77,11 +78,36 @@ def add_health_parser(sub: argparse._SubParsersAction) -> None:
     health.set_defaults(func=cmd_health)
 
 
+# -- commands of other packages ------------------------------------------------------
+COMMANDS_GROUP = "kyc.commands"
+
+
+def add_command_plugins(sub: argparse._SubParsersAction) -> None:
+    """The commands other installed packages add, in the order of their names: each entry
+    point of the group ``kyc.commands`` names a ``register(subparsers)`` function
+    (kyc_export's ``models`` adds ``kyc models ...``; kyc itself imports no such package)."""
+    for point in command_entry_points():
+        point.load()(sub)
+
+
+def command_entry_points() -> list[EntryPoint]:
+    """The ``kyc.commands`` entry points of every distribution on sys.path, the first of
+    each name. Not ``entry_points(group=...)``, which reads only the first distribution
+    of each project name: with ``python -m kyc.cli`` in the source tree, a
+    ``kyc_triton.egg-info`` left there by an older in-tree wheel build comes first and
+    would hide the installed metadata."""
+    found: dict[str, EntryPoint] = {}
+    for dist in distributions():
+        for point in dist.entry_points:
+            if point.group == COMMANDS_GROUP:
+                found.setdefault(point.name, point)
+    return [found[name] for name in sorted(found)]
+
+
 # -- parser -------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     from kyc.cli.verify import add_parsers as add_verify_parsers
     from kyc.ops.cli import add_parsers as add_deploy_parsers
-    from kyc_export.cli import add_models_parser
 
     parser = argparse.ArgumentParser(prog="kyc", description=__doc__)
     parser.add_argument("--version", action="version", version=f"kyc {__version__}")
@@ -89,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     add_serve_parser(sub)
     add_repo_parser(sub)
-    add_models_parser(sub)
+    add_command_plugins(sub)
     add_bench_parser(sub)
     add_verify_parsers(sub)
     add_deploy_parsers(sub)

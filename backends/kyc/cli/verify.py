@@ -123,8 +123,8 @@ def cmd_samples(args: argparse.Namespace) -> int:
     import numpy as np
     from PIL import Image
 
+    from kyc.assets.fetch import fetch_test_photos
     from kyc.document.synthetic import Degradation, random_identity, render_document
-    from kyc_export.fetch import fetch_test_photos
 
     photos = fetch_test_photos()
     args.out.mkdir(parents=True, exist_ok=True)

@@ -20,9 +20,9 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
-from ._fs import atomic_write
-from .errors import ChecksumError, FetchError
-from .manifest import ArchiveSource, Manifest, Member, load_manifest
+from kyc.assets.errors import ChecksumError, FetchError
+from kyc.assets.files import atomic_write
+from kyc.assets.manifest import ArchiveSource, Manifest, Member, load_manifest
 
 logger = logging.getLogger(__name__)
 

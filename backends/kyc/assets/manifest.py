@@ -10,7 +10,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .errors import ManifestError
+from kyc.assets.errors import ManifestError
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _KINDS = ("wheel", "sdist")
@@ -101,8 +101,8 @@ class Manifest:
 def load_manifest(path: Path | None = None) -> Manifest:
     """Load the manifest shipped as package data, or the one at ``path``."""
     if path is None:
-        text = resources.files("kyc_export").joinpath("manifest.json").read_text("utf-8")
-        where = "kyc_export/manifest.json"
+        text = resources.files("kyc.assets").joinpath("manifest.json").read_text("utf-8")
+        where = "kyc/assets/manifest.json"
     else:
         text = Path(path).read_text("utf-8")
         where = str(path)

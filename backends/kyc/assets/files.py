@@ -1,4 +1,4 @@
-"""Small durable-write helpers shared by the downloader and the installer."""
+"""Small durable-write helpers shared by the downloader and the exporter's installer."""
 
 from __future__ import annotations
 
