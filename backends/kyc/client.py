@@ -106,15 +106,24 @@ RETRYABLE: tuple[type[KycError], ...] = (KycUnavailableError,)
 T = TypeVar("T")
 
 
-def _next_wait(policy: RetryPolicy, tries: int, error: KycError, started: float,
-               clock: Callable[[], float], rng: Callable[[], float]) -> float:
-    """The wait before the next try, or raise ``error`` when there is none."""
-    if not isinstance(error, RETRYABLE) or tries >= policy.attempts:
-        raise error
-    wait = policy.delay_s(tries, rng)
-    if policy.deadline_s is not None and clock() + wait - started > policy.deadline_s:
-        raise error
-    return wait
+class _Retries:
+    """The tries of one call under ``policy``: after each failure, the wait before the
+    next try, or the failure raised again when there is none."""
+
+    def __init__(self, policy: RetryPolicy, clock: Callable[[], float],
+                 rng: Callable[[], float]) -> None:
+        self.policy, self.clock, self.rng = policy, clock, rng
+        self.started, self.tries = clock(), 0
+
+    def wait_after(self, error: KycError) -> float:
+        self.tries += 1
+        policy = self.policy
+        if not isinstance(error, RETRYABLE) or self.tries >= policy.attempts:
+            raise error
+        wait = policy.delay_s(self.tries, self.rng)
+        if policy.deadline_s is not None and self.clock() + wait - self.started > policy.deadline_s:
+            raise error
+        return wait
 
 
 def call_with_retries(call: Callable[[], T], policy: RetryPolicy, *,
@@ -122,13 +131,12 @@ def call_with_retries(call: Callable[[], T], policy: RetryPolicy, *,
                       clock: Callable[[], float] = time.monotonic,
                       rng: Callable[[], float] = random.random) -> T:
     """``call()`` (which raises :class:`KycError`), tried again per ``policy``."""
-    started, tries = clock(), 0
+    retries = _Retries(policy, clock, rng)
     while True:
-        tries += 1
         try:
             return call()
         except KycError as error:
-            wait = _next_wait(policy, tries, error, started, clock, rng)
+            wait = retries.wait_after(error)
         sleep(wait)
 
 
@@ -136,13 +144,12 @@ async def acall_with_retries(call: Callable[[], Awaitable[T]], policy: RetryPoli
                              clock: Callable[[], float] = time.monotonic,
                              rng: Callable[[], float] = random.random) -> T:
     """The asyncio form of :func:`call_with_retries`."""
-    started, tries = clock(), 0
+    retries = _Retries(policy, clock, rng)
     while True:
-        tries += 1
         try:
             return await call()
         except KycError as error:
-            wait = _next_wait(policy, tries, error, started, clock, rng)
+            wait = retries.wait_after(error)
         await asyncio.sleep(wait)
 
 

@@ -16,6 +16,7 @@ from kyc.client import (
     KycTimeoutError,
     KycUnavailableError,
     RetryPolicy,
+    acall_with_retries,
     call_with_retries,
 )
 
@@ -138,6 +139,25 @@ def test_it_stops_before_a_wait_that_would_end_past_the_deadline():
         call_with_retries(call, policy, sleep=clock.sleep, clock=clock, rng=lambda: 1.0)
     assert tries == [0.0, 1.0, 2.0, 3.0]
     assert clock.now <= policy.deadline_s
+
+
+def test_the_async_form_tries_and_waits_as_the_sync_one(monkeypatch):
+    policy = RetryPolicy(attempts=100, base_delay_s=0.5, max_delay_s=1.0, deadline_s=3.5)
+    clock = FakeClock()
+    tries = []
+
+    async def sleep(seconds: float) -> None:
+        clock.sleep(seconds)
+
+    async def call():
+        tries.append(clock.now)
+        raise KycUnavailableError(f"shed {len(tries)}")
+
+    monkeypatch.setattr("kyc.client.asyncio.sleep", sleep)
+    with pytest.raises(KycUnavailableError, match="shed 5"):
+        asyncio.run(acall_with_retries(call, policy, clock=clock, rng=lambda: 1.0))
+    assert clock.sleeps == pytest.approx([0.5, 1.0, 1.0, 1.0])
+    assert tries == pytest.approx([0.0, 0.5, 1.5, 2.5, 3.5])
 
 
 def test_the_async_client_retries_verify_the_same_way():

@@ -31,6 +31,16 @@ class Panel:
     options: dict[str, Any] = field(default_factory=dict)
 
 
+def _per_model(series: str, legend: str = "{{model}}") -> tuple[str, str]:
+    """A target: ``series`` of the chosen namespaces and models."""
+    return f"{series}{{{SEL}}}", legend
+
+
+def _per_namespace(series: str, legend: str) -> tuple[str, str]:
+    """A target: ``series`` of the chosen namespaces."""
+    return f"{series}{{{NS}}}", legend
+
+
 def panels() -> list[Panel]:
     """What the dashboard shows, top to bottom, two a row."""
     w = WINDOW
@@ -39,36 +49,34 @@ def panels() -> list[Panel]:
          f"{{{{model}}}} p{label}")
         for q, label in (("0.5", "50"), ("0.95", "95"), ("0.99", "99")))
     return [
-        Panel("Requests per second", "reqps",
-              ((f"kyc:request_rate:rate{w}{{{SEL}}}", "{{model}}"),),
+        Panel("Requests per second", "reqps", (_per_model(f"kyc:request_rate:rate{w}"),),
               "Successful and failed requests per model, all servers."),
-        Panel("Failure ratio", "percentunit",
-              ((f"kyc:failure_ratio:rate{w}{{{SEL}}}", "{{model}}"),),
+        Panel("Failure ratio", "percentunit", (_per_model(f"kyc:failure_ratio:rate{w}"),),
               "Alerts: KycModelFailureRatioHigh (5%) and KycModelFailureRatioCritical (25%)."),
         Panel("Latency percentiles (worst server)", "µs", quantiles,
               "Triton's request summaries; a quantile cannot be merged across servers, "
               "so this is the worst server's."),
         Panel("Failures per second by reason", "reqps",
-              ((f"kyc:request_failure_rate:rate{w}{{{SEL}}}", "{{model}} {{reason}}"),),
+              (_per_model(f"kyc:request_failure_rate:rate{w}", "{{model}} {{reason}}"),),
               "Triton's reasons: REJECTED (queue policy or a full queue), CANCELED, "
               "BACKEND (the model said no, e.g. bad input), OTHER."),
         Panel("Queue vs compute time per request", "µs",
-              ((f"kyc:queue_us_per_request:rate{w}{{{SEL}}}", "{{model}} queue"),
-               (f"kyc:compute_us_per_request:rate{w}{{{SEL}}}", "{{model}} compute")),
+              (_per_model(f"kyc:queue_us_per_request:rate{w}", "{{model}} queue"),
+               _per_model(f"kyc:compute_us_per_request:rate{w}", "{{model}} compute")),
               "Mean per request over the rate window. An ensemble's own queue time is "
               "about zero: its steps' queues are theirs."),
         Panel("p95 queue time vs budget", "µs",
-              (("kyc:queue_us_p95:max{" + SEL + "}", "{{model}} p95"),
+              (_per_model("kyc:queue_us_p95:max", "{{model}} p95"),
                ('kyc:queue_budget_us{model=~"$model"}', "{{model}} budget")),
               "Alert KycQueueTimeOverBudget: p95 over 30% of the step's budget."),
         Panel("Batch size (inferences per execution)", "none",
-              ((f"kyc:batch_size:rate{w}{{{SEL}}}", "{{model}}"),),
+              (_per_model(f"kyc:batch_size:rate{w}"),),
               "Dynamic batching at work: 1 means every request ran alone."),
         Panel("Pending requests", "none",
               ((f"sum by (model) (nv_inference_pending_request_count{{{SEL}}})", "{{model}}"),),
               "Requests queued or running, all servers."),
         Panel("Autoscaler signal: queue time per request, per pod", "µs",
-              ((f"{POD_QUEUE_RULE}{{{NS}}}", "{{pod}}"),),
+              (_per_namespace(POD_QUEUE_RULE, "{{pod}}"),),
               "What the HorizontalPodAutoscaler reads (kyc_queue_us_per_request through "
               "the Prometheus adapter); its target is in deploy/kubernetes/base/hpa.yaml."),
         Panel("Servers up", "none",
@@ -76,11 +84,11 @@ def panels() -> list[Panel]:
                (f'count(up{{job="{JOB}", {NS}}})', "scraped")),
               "Servers whose metrics answer, against those Prometheus knows."),
         Panel("Liveness sessions", "none",
-              ((f"kyc:liveness_sessions_live:sum{{{NS}}}", "live"),),
+              (_per_namespace("kyc:liveness_sessions_live:sum", "live"),),
               "Sessions held by liveness_sequence on all servers."),
         Panel("Liveness sessions started and evicted per second", "ops",
-              ((f"kyc:liveness_sessions_started:rate15m{{{NS}}}", "started"),
-               (f"kyc:liveness_sessions_evicted:rate15m{{{NS}}}", "evicted (idle timeout)")),
+              (_per_namespace("kyc:liveness_sessions_started:rate15m", "started"),
+               _per_namespace("kyc:liveness_sessions_evicted:rate15m", "evicted (idle timeout)")),
               "Alert KycLivenessSessionsEvicted: over 10% of sessions time out."),
     ]
 

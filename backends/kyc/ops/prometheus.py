@@ -105,94 +105,94 @@ def recording_rules(models: Sequence[ServedModel]) -> list[dict[str, str]]:
 
 def alerting_rules(models: Sequence[ServedModel]) -> list[dict[str, Any]]:
     """The alerts. Every one names the model (or the pod) and says what to look at."""
+    return [*_fleet_alerts(), *(_not_ready_alert(model.name) for model in models),
+            _drop_refused_alert()]
+
+
+def _alert(name: str, expr: str, severity: str, summary: str, description: str, *,
+           for_: str | None = None, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """An alerting rule: it fires after ``for_`` (None: at once)."""
+    rule: dict[str, Any] = {"alert": name, "expr": expr}
+    if for_ is not None:
+        rule["for"] = for_
+    rule["labels"] = {"severity": severity, **(labels or {})}
+    rule["annotations"] = {"summary": summary, "description": description}
+    return rule
+
+
+def _fleet_alerts() -> list[dict[str, Any]]:
+    """The alerts on the servers, on every model's failures and queues, on liveness."""
     w = WINDOW
     ratio = f"kyc:failure_ratio:rate{w}"
-    alerts: list[dict[str, Any]] = [
-        {"alert": "KycTritonDown",
-         "expr": f'up{{job="{JOB}"}} == 0',
-         "for": FOR_DOWN,
-         "labels": {"severity": "page"},
-         "annotations": {
-             "summary": "KYC Triton server {{ $labels.pod }} cannot be scraped",
-             "description": "Its metrics endpoint (8002) has not answered for "
-                            f"{FOR_DOWN}: the server is down or restarting (kyc serve exits "
-                            "with code 3 when a Python stub died)."}},
-        {"alert": "KycModelFailureRatioHigh",
-         "expr": f"{ratio} > {FAILURE_RATIO_WARN}",
-         "for": FOR_FAILURES,
-         "labels": {"severity": "warning"},
-         "annotations": {
-             "summary": "{{ $labels.model }}: {{ $value | humanizePercentage }} of requests fail",
-             "description": f"More than {FAILURE_RATIO_WARN:.0%} of {{{{ $labels.model }}}}'s "
-                            f"requests failed over {w}, for {FOR_FAILURES}. Bad client input "
-                            "counts too: compare with kyc:request_failure_rate by reason."}},
-        {"alert": "KycModelFailureRatioCritical",
-         "expr": f"{ratio} > {FAILURE_RATIO_PAGE}",
-         "for": FOR_FAILURES,
-         "labels": {"severity": "page"},
-         "annotations": {
-             "summary": "{{ $labels.model }}: {{ $value | humanizePercentage }} of requests fail",
-             "description": f"More than {FAILURE_RATIO_PAGE:.0%} of {{{{ $labels.model }}}}'s "
-                            f"requests failed over {w}, for {FOR_FAILURES}."}},
-        {"alert": "KycQueueTimeOverBudget",
-         "expr": "kyc:queue_us_p95:max > on (model) group_left kyc:queue_budget_us",
-         "for": FOR_QUEUE,
-         "labels": {"severity": "warning"},
-         "annotations": {
-             "summary": "{{ $labels.model }}: p95 queue time {{ $value | humanize }}us is "
-                        "over its budget",
-             "description": "The worst server's p95 queue time of {{ $labels.model }} has "
-                            "been over 30% of its step's latency budget (kyc.budgets) for "
-                            f"{FOR_QUEUE}: add replicas (is the autoscaler at its maximum?) "
-                            "or instances."}},
-        {"alert": "KycLivenessSessionsEvicted",
-         "expr": "kyc:liveness_sessions_evicted:rate15m / "
-                 f"kyc:liveness_sessions_started:rate15m > {EVICTED_SHARE_WARN}",
-         "for": FOR_EVICTIONS,
-         "labels": {"severity": "warning"},
-         "annotations": {
-             "summary": "{{ $value | humanizePercentage }} of liveness sessions time out",
-             "description": "Sessions idle for idle_ttl_s are evicted: apps that stop "
-                            "streaming, or frames of one session reaching different "
-                            "replicas (send a session over one gRPC stream)."}},
+    failing = "{{ $labels.model }}: {{ $value | humanizePercentage }} of requests fail"
+    return [
+        _alert("KycTritonDown", f'up{{job="{JOB}"}} == 0', "page",
+               "KYC Triton server {{ $labels.pod }} cannot be scraped",
+               f"Its metrics endpoint (8002) has not answered for {FOR_DOWN}: the server is "
+               "down or restarting (kyc serve exits with code 3 when a Python stub died).",
+               for_=FOR_DOWN),
+        _alert("KycModelFailureRatioHigh", f"{ratio} > {FAILURE_RATIO_WARN}", "warning", failing,
+               f"More than {FAILURE_RATIO_WARN:.0%} of {{{{ $labels.model }}}}'s requests failed "
+               f"over {w}, for {FOR_FAILURES}. Bad client input counts too: compare with "
+               "kyc:request_failure_rate by reason.",
+               for_=FOR_FAILURES),
+        _alert("KycModelFailureRatioCritical", f"{ratio} > {FAILURE_RATIO_PAGE}", "page", failing,
+               f"More than {FAILURE_RATIO_PAGE:.0%} of {{{{ $labels.model }}}}'s requests failed "
+               f"over {w}, for {FOR_FAILURES}.",
+               for_=FOR_FAILURES),
+        _alert("KycQueueTimeOverBudget",
+               "kyc:queue_us_p95:max > on (model) group_left kyc:queue_budget_us", "warning",
+               "{{ $labels.model }}: p95 queue time {{ $value | humanize }}us is over its budget",
+               "The worst server's p95 queue time of {{ $labels.model }} has been over 30% of "
+               f"its step's latency budget (kyc.budgets) for {FOR_QUEUE}: add replicas (is the "
+               "autoscaler at its maximum?) or instances.",
+               for_=FOR_QUEUE),
+        _alert("KycLivenessSessionsEvicted",
+               "kyc:liveness_sessions_evicted:rate15m / "
+               f"kyc:liveness_sessions_started:rate15m > {EVICTED_SHARE_WARN}", "warning",
+               "{{ $value | humanizePercentage }} of liveness sessions time out",
+               "Sessions idle for idle_ttl_s are evicted: apps that stop streaming, or frames "
+               "of one session reaching different replicas (send a session over one gRPC "
+               "stream).",
+               for_=FOR_EVICTIONS),
     ]
-    for model in models:
-        alerts.append({
-            "alert": "KycModelNotReady",
-            "expr": f'up{{job="{JOB}"}} == 1 unless on (namespace, pod) '
-                    f'nv_inference_count{{model="{model.name}"}}',
-            "for": FOR_NOT_READY,
-            "labels": {"severity": "page", "model": model.name},
-            "annotations": {
-                "summary": f"{model.name} is not loaded on {{{{ $labels.pod }}}}",
-                "description": f"The server answers but exports no series for {model.name}: "
-                               "it failed to load or was unloaded. The pod stays ready "
-                               "(readiness is not strict) and keeps taking traffic, and "
-                               f"every request that needs {model.name} fails there "
-                               "(kyc_ensemble needs most models). `kubectl exec -n "
-                               "{{ $labels.namespace }} {{ $labels.pod }} -- kyc repo "
-                               "status` shows why."}})
-    # A drop refused by the watcher: the counter's series for a model and stage appears
-    # at its first refusal with the value 1 already, which increase() cannot see; so a
-    # series younger than the window counts too.
+
+
+def _not_ready_alert(model: str) -> dict[str, Any]:
+    """``model`` is not loaded on a server that answers."""
+    return _alert(
+        "KycModelNotReady",
+        f'up{{job="{JOB}"}} == 1 unless on (namespace, pod) nv_inference_count{{model="{model}"}}',
+        "page",
+        f"{model} is not loaded on {{{{ $labels.pod }}}}",
+        f"The server answers but exports no series for {model}: it failed to load or was "
+        "unloaded. The pod stays ready (readiness is not strict) and keeps taking traffic, "
+        f"and every request that needs {model} fails there (kyc_ensemble needs most "
+        "models). `kubectl exec -n {{ $labels.namespace }} {{ $labels.pod }} -- kyc repo "
+        "status` shows why.",
+        for_=FOR_NOT_READY, labels={"model": model},
+    )
+
+
+def _drop_refused_alert() -> dict[str, Any]:
+    """The repository watcher refused a drop. The counter's series for a model and stage
+    appears at its first refusal with the value 1 already, which increase() cannot see;
+    so a series younger than the window counts too."""
     refusals, rw = "kyc_repository_refusals_total", REFUSALS_WINDOW
-    alerts.append({
-        "alert": "KycModelDropRefused",
-        "expr": f"sum by (namespace, pod, model, stage) (increase({refusals}[{rw}]) > 0 "
-                f"or ({refusals} unless {refusals} offset {rw}))",
-        "labels": {"severity": "warning"},
-        "annotations": {
-            "summary": "{{ $labels.model }}: a dropped version, config or model was refused "
-                       "on {{ $labels.pod }} ({{ $labels.stage }})",
-            "description": f"In the last {rw}, kyc serve's repository watcher refused what "
-                           "was dropped into {{ $labels.model }} (stage check: a version "
-                           "failed kyc repo check; load: Triton could not load it; config: "
-                           "an edited config; model: a new model). The previous version "
-                           "(or config) keeps serving; a refused new model is not served. "
-                           "`kubectl exec -n {{ $labels.namespace }} {{ $labels.pod }} -- "
-                           "kyc repo status` shows why; a refused folder is looked at again "
-                           "when it changes."}})
-    return alerts
+    return _alert(
+        "KycModelDropRefused",
+        f"sum by (namespace, pod, model, stage) (increase({refusals}[{rw}]) > 0 "
+        f"or ({refusals} unless {refusals} offset {rw}))",
+        "warning",
+        "{{ $labels.model }}: a dropped version, config or model was refused on "
+        "{{ $labels.pod }} ({{ $labels.stage }})",
+        f"In the last {rw}, kyc serve's repository watcher refused what was dropped into "
+        "{{ $labels.model }} (stage check: a version failed kyc repo check; load: Triton "
+        "could not load it; config: an edited config; model: a new model). The previous "
+        "version (or config) keeps serving; a refused new model is not served. `kubectl "
+        "exec -n {{ $labels.namespace }} {{ $labels.pod }} -- kyc repo status` shows why; "
+        "a refused folder is looked at again when it changes.",
+    )
 
 
 def rule_groups(models: Sequence[ServedModel]) -> dict[str, Any]:

@@ -254,8 +254,6 @@ def check_onnx_against_config(config: ModelConfig, model_file: Path, where: str)
     """ONNX inputs/outputs, their types and shapes agree with the config."""
     import onnx
 
-    from kyc.dtypes import ONNX_TO_TRITON
-
     try:
         model = onnx.load(str(model_file), load_external_data=False)
         onnx.checker.check_model(model)
@@ -265,79 +263,88 @@ def check_onnx_against_config(config: ModelConfig, model_file: Path, where: str)
     initializers = {i.name for i in graph.initializer}
     graph_inputs = {v.name: v for v in graph.input if v.name not in initializers}
     graph_outputs = {v.name: v for v in graph.output}
-    problems = []
-    batched = config.max_batch_size > 0
-
-    def compare(tensor, value_info, kind: str) -> None:
-        name = tensor.name
-        want = type_name(tensor.data_type)
-        have = ONNX_TO_TRITON.get(value_info.type.tensor_type.elem_type, "an unsupported type")
-        if want != have:
-            problems.append(
-                Problem(where, f"{kind} '{name}' is {want} in the config but {have} in the model")
-            )
-        dims = _onnx_dims(value_info)
-        if dims is None or tensor.HasField("reshape"):
-            return
-        if batched:
-            if not dims:
-                problems.append(Problem(where, f"{kind} '{name}' has no batch dimension"))
-                return
-            if dims[0] is not None:
-                problems.append(
-                    Problem(
-                        where,
-                        f"{kind} '{name}' has a fixed first dimension {dims[0]} but "
-                        f"max_batch_size is {config.max_batch_size}: the batch "
-                        "dimension must be dynamic",
-                    )
-                )
-            dims = dims[1:]
-        config_dims = list(tensor.dims)
-        if len(dims) != len(config_dims):
-            problems.append(
-                Problem(
-                    where,
-                    f"{kind} '{name}' has {len(dims)} dims past the batch in the model "
-                    f"but {len(config_dims)} in the config {config_dims}",
-                )
-            )
-            return
-        for axis, (model_dim, config_dim) in enumerate(zip(dims, config_dims, strict=True)):
-            if model_dim is not None and config_dim != model_dim:
-                problems.append(
-                    Problem(
-                        where,
-                        f"{kind} '{name}' dim {axis} is {config_dim} in the config "
-                        f"but {model_dim} in the model",
-                    )
-                )
-
-    for tensor in config.input:
-        if tensor.name not in graph_inputs:
-            problems.append(
-                Problem(
-                    where,
-                    f"input '{tensor.name}' is not an input of the model "
-                    f"(model inputs: {', '.join(sorted(graph_inputs)) or 'none'})",
-                )
-            )
-        else:
-            compare(tensor, graph_inputs[tensor.name], "input")
+    problems = _check_tensors(config, config.input, graph_inputs, "input", where)
     configured = {t.name for t in config.input}
     for name in sorted(set(graph_inputs) - configured):
         problems.append(Problem(where, f"model input '{name}' is missing from the config"))
-    for tensor in config.output:
-        if tensor.name not in graph_outputs:
+    problems.extend(_check_tensors(config, config.output, graph_outputs, "output", where))
+    return problems
+
+
+def _check_tensors(
+    config: ModelConfig, tensors: Iterable, values: dict, kind: str, where: str
+) -> list[Problem]:
+    """Each configured tensor (``kind``: input or output) is one of the model's
+    ``values``, of the same type and shape."""
+    problems = []
+    for tensor in tensors:
+        value_info = values.get(tensor.name)
+        if value_info is None:
             problems.append(
                 Problem(
                     where,
-                    f"output '{tensor.name}' is not an output of the model "
-                    f"(model outputs: {', '.join(sorted(graph_outputs)) or 'none'})",
+                    f"{kind} '{tensor.name}' is not an {kind} of the model "
+                    f"(model {kind}s: {', '.join(sorted(values)) or 'none'})",
                 )
             )
         else:
-            compare(tensor, graph_outputs[tensor.name], "output")
+            problems.extend(_compare_type(tensor, value_info, kind, where))
+            problems.extend(_compare_shape(config, tensor, value_info, kind, where))
+    return problems
+
+
+def _compare_type(tensor, value_info, kind: str, where: str) -> list[Problem]:
+    from kyc.dtypes import ONNX_TO_TRITON
+
+    want = type_name(tensor.data_type)
+    have = ONNX_TO_TRITON.get(value_info.type.tensor_type.elem_type, "an unsupported type")
+    if want == have:
+        return []
+    return [
+        Problem(where, f"{kind} '{tensor.name}' is {want} in the config but {have} in the model")
+    ]
+
+
+def _compare_shape(config: ModelConfig, tensor, value_info, kind: str, where: str) -> list[Problem]:
+    """The model's dims agree with the config's (a dynamic model dim fits any), past a
+    dynamic batch dim when the config batches."""
+    name = tensor.name
+    dims = _onnx_dims(value_info)
+    if dims is None or tensor.HasField("reshape"):
+        return []
+    problems = []
+    if config.max_batch_size > 0:
+        if not dims:
+            return [Problem(where, f"{kind} '{name}' has no batch dimension")]
+        if dims[0] is not None:
+            problems.append(
+                Problem(
+                    where,
+                    f"{kind} '{name}' has a fixed first dimension {dims[0]} but "
+                    f"max_batch_size is {config.max_batch_size}: the batch "
+                    "dimension must be dynamic",
+                )
+            )
+        dims = dims[1:]
+    config_dims = list(tensor.dims)
+    if len(dims) != len(config_dims):
+        problems.append(
+            Problem(
+                where,
+                f"{kind} '{name}' has {len(dims)} dims past the batch in the model "
+                f"but {len(config_dims)} in the config {config_dims}",
+            )
+        )
+        return problems
+    for axis, (model_dim, config_dim) in enumerate(zip(dims, config_dims, strict=True)):
+        if model_dim is not None and config_dim != model_dim:
+            problems.append(
+                Problem(
+                    where,
+                    f"{kind} '{name}' dim {axis} is {config_dim} in the config "
+                    f"but {model_dim} in the model",
+                )
+            )
     return problems
 
 
@@ -359,7 +366,6 @@ def _check_trt_profiles(config: ModelConfig, where: str) -> list[Problem]:
     """Every TensorRT profile names real inputs, has their rank and covers max_batch_size."""
     problems = []
     inputs = {t.name: list(t.dims) for t in config.input}
-    batched = config.max_batch_size > 0
     for accel in config.optimization.execution_accelerators.gpu_execution_accelerator:
         if accel.name != "tensorrt":
             continue
@@ -378,48 +384,71 @@ def _check_trt_profiles(config: ModelConfig, where: str) -> list[Problem]:
             problems.append(Problem(where, "TensorRT profile needs min, opt and max shapes"))
             continue
         for key, shapes in profiles.items():
-            for name, shape in shapes.items():
-                if name not in inputs:
-                    problems.append(Problem(where, f"{key} names unknown input '{name}'"))
-                    continue
-                dims = inputs[name]
-                expected_rank = len(dims) + (1 if batched else 0)
-                if len(shape) != expected_rank:
-                    problems.append(
-                        Problem(where, f"{key} for '{name}' has rank {len(shape)}, expected "
-                                f"{expected_rank}")
-                    )
-                    continue
-                fixed = shape[1:] if batched else shape
-                for axis, (dim, want) in enumerate(zip(fixed, dims, strict=True)):
-                    if want != -1 and dim != want:
-                        problems.append(
-                            Problem(where, f"{key} for '{name}' dim {axis} is {dim}, the "
-                                    f"config fixes it to {want}")
-                        )
-        maxes = profiles["trt_profile_max_shapes"]
-        mins = profiles["trt_profile_min_shapes"]
-        opts = profiles["trt_profile_opt_shapes"]
-        for name in inputs:
-            if name not in maxes:
-                problems.append(Problem(where, f"TensorRT profile has no shape for '{name}'"))
-                continue
-            if batched and maxes[name][0] < config.max_batch_size:
-                problems.append(
-                    Problem(
-                        where,
-                        f"TensorRT max profile batch {maxes[name][0]} for '{name}' does "
-                        f"not cover max_batch_size {config.max_batch_size}",
-                    )
-                )
-            lo, mid, hi = mins.get(name), opts.get(name), maxes[name]
-            ordered = lo and mid and len(lo) == len(mid) == len(hi) and all(
-                a <= b <= c for a, b, c in zip(lo, mid, hi, strict=True)
+            problems.extend(_check_profile_shapes(config, inputs, key, shapes, where))
+        problems.extend(_check_profile_bounds(config, inputs, profiles, where))
+    return problems
+
+
+def _check_profile_shapes(
+    config: ModelConfig, inputs: dict[str, list[int]], key: str, shapes: dict[str, list[int]],
+    where: str,
+) -> list[Problem]:
+    """The shapes of one profile (``key``) name ``inputs`` of the config (name -> dims),
+    with their rank and the dims the config fixes."""
+    problems = []
+    batched = config.max_batch_size > 0
+    for name, shape in shapes.items():
+        if name not in inputs:
+            problems.append(Problem(where, f"{key} names unknown input '{name}'"))
+            continue
+        dims = inputs[name]
+        expected_rank = len(dims) + (1 if batched else 0)
+        if len(shape) != expected_rank:
+            problems.append(
+                Problem(where, f"{key} for '{name}' has rank {len(shape)}, expected "
+                        f"{expected_rank}")
             )
-            if lo and mid and not ordered:
+            continue
+        fixed = shape[1:] if batched else shape
+        for axis, (dim, want) in enumerate(zip(fixed, dims, strict=True)):
+            if want != -1 and dim != want:
                 problems.append(
-                    Problem(where, f"TensorRT profile for '{name}' is not min <= opt <= max")
+                    Problem(where, f"{key} for '{name}' dim {axis} is {dim}, the "
+                            f"config fixes it to {want}")
                 )
+    return problems
+
+
+def _check_profile_bounds(
+    config: ModelConfig, inputs: dict[str, list[int]], profiles: dict[str, dict[str, list[int]]],
+    where: str,
+) -> list[Problem]:
+    """Every one of ``inputs`` has a max shape that covers max_batch_size, and
+    min <= opt <= max."""
+    problems = []
+    maxes = profiles["trt_profile_max_shapes"]
+    mins = profiles["trt_profile_min_shapes"]
+    opts = profiles["trt_profile_opt_shapes"]
+    for name in inputs:
+        if name not in maxes:
+            problems.append(Problem(where, f"TensorRT profile has no shape for '{name}'"))
+            continue
+        if config.max_batch_size > 0 and maxes[name][0] < config.max_batch_size:
+            problems.append(
+                Problem(
+                    where,
+                    f"TensorRT max profile batch {maxes[name][0]} for '{name}' does "
+                    f"not cover max_batch_size {config.max_batch_size}",
+                )
+            )
+        lo, mid, hi = mins.get(name), opts.get(name), maxes[name]
+        ordered = lo and mid and len(lo) == len(mid) == len(hi) and all(
+            a <= b <= c for a, b, c in zip(lo, mid, hi, strict=True)
+        )
+        if lo and mid and not ordered:
+            problems.append(
+                Problem(where, f"TensorRT profile for '{name}' is not min <= opt <= max")
+            )
     return problems
 
 
