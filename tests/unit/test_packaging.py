@@ -7,19 +7,21 @@ from pathlib import Path
 import pytest
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+; CI runs 3.11
+expand = pytest.importorskip("setuptools.config.expand")
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_package_directory_is_listed_for_the_wheel():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    listed = set(project["tool"]["setuptools"]["packages"])
+    find = project["tool"]["setuptools"]["packages"]["find"]
+    # What setuptools packages: its own discovery, with pyproject.toml's options.
+    listed = set(expand.find_packages(**find, root_dir=str(ROOT)))
     found = set()
-    for name, where in project["tool"]["setuptools"]["package-dir"].items():
+    for where in find["where"]:
         base = ROOT / where
         for init in base.rglob("__init__.py"):
             if "__pycache__" in init.parts:
                 continue
-            relative = init.parent.relative_to(base).parts
-            found.add(".".join((name, *relative)))
+            found.add(".".join(init.parent.relative_to(base).parts))
     assert found == listed
