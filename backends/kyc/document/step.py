@@ -25,10 +25,9 @@ from kyc.pipeline.step import (
     Request,
     RequestError,
     StepContext,
+    batched,
     encoded_items,
-    gather,
     require,
-    scatter,
     text_tensor,
 )
 
@@ -121,6 +120,4 @@ class OcrPostprocessStep:
                                   lambda batch: recogniser({"IMAGES": batch})["PROBS"]))
 
     def run(self, requests: Sequence[Request]) -> list[Answer]:
-        spans, pages = gather(requests, _pages)
-        lines = self.reader.read(pages)
-        return scatter(spans, lambda span: _answer([lines[i] for i in span]))
+        return batched(requests, _pages, self.reader.read, _answer)

@@ -12,32 +12,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from kyc.face.preprocess import (
-    ContextCrop,
-    Detector,
-    FacePreprocessor,
-    FaceResult,
-    FaceSettings,
-    result_tensors,
-)
+from kyc.face import preprocess
+from kyc.face.preprocess import FacePreprocessor, FaceSettings, result_tensors
 from kyc.image import ImageError
 from kyc.intake import IntakeSettings
-from kyc.pipeline.step import (
-    Answer,
-    Request,
-    RequestError,
-    StepContext,
-    encoded_items,
-    gather,
-    scatter,
-)
+from kyc.pipeline.step import Answer, Request, RequestError, StepContext, batched, encoded_items
 
 log = logging.getLogger(__name__)
 
 DETECTOR_OUTPUTS = ("LOC", "SCORES", "LANDMARKS")
 
 
-def face_detector(context: StepContext, model: str) -> Detector:
+def face_detector(context: StepContext, model: str) -> preprocess.Detector:
     """The face detector ``model`` as a callable: a canvas batch -> its three outputs."""
     call = context.callee(model, DETECTOR_OUTPUTS)
 
@@ -49,7 +35,7 @@ def face_detector(context: StepContext, model: str) -> Detector:
 
 
 def face_preprocessor(context: StepContext, settings: FaceSettings,
-                      crop: ContextCrop | None = None) -> FacePreprocessor:
+                      crop: preprocess.ContextCrop | None = None) -> FacePreprocessor:
     """The face path with ``settings``: its detector and the client limits' owner."""
     return FacePreprocessor(settings, face_detector(context, settings.detector_model), crop,
                             context.model_settings(IntakeSettings, settings.limits_model))
@@ -68,12 +54,12 @@ class FacePreprocessStep:
         return cls(face_preprocessor(context, settings))
 
     def run(self, requests: Sequence[Request]) -> list[Answer]:
-        spans, images = gather(requests, lambda r: encoded_items(r.inputs, "IMAGE"))
-        results = self.preprocessor.run(images)
-        return scatter(spans, lambda span: _answer([results[i] for i in span]))
+        return batched(requests, lambda r: encoded_items(r.inputs, "IMAGE"),
+                       self.preprocessor.run, _answer)
 
 
-def _answer(mine: list[FaceResult | Exception]) -> Answer:
+def _answer(mine: list) -> Answer:
+    """One request's answer from its images' FaceResults (or their errors)."""
     for k, result in enumerate(mine):
         if isinstance(result, Exception):
             where = "IMAGE" if len(mine) == 1 else f"IMAGE[{k}]"

@@ -13,18 +13,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from kyc.intake import IMAGE_INPUTS, OUTPUT_PREFIX, IntakeSettings, check_images
-from kyc.pipeline.step import (
-    Answer,
-    Request,
-    RequestError,
-    StepContext,
-    encoded_items,
-    gather,
-    scatter,
-)
+from kyc.pipeline.step import Answer, Request, RequestError, StepContext, batched, encoded_items
+
+Row = tuple[bytes, bytes]  # a row's DOCUMENT_IMAGE and SELFIE_IMAGE
 
 
-def _rows(request: Request) -> list[tuple[bytes, bytes]]:
+def _rows(request: Request) -> list[Row]:
     document, selfie = (encoded_items(request.inputs, name) for name in IMAGE_INPUTS)
     if len(document) != len(selfie):
         raise RequestError(f"{IMAGE_INPUTS[0]} and {IMAGE_INPUTS[1]} have different batch sizes")
@@ -40,16 +34,17 @@ class IntakeStep:
         return cls(context.settings(IntakeSettings))
 
     def run(self, requests: Sequence[Request]) -> list[Answer]:
-        spans, rows = gather(requests, _rows)
-        problems = [check_images(tuple(zip(IMAGE_INPUTS, row, strict=True)),
-                                 self.settings.limits) for row in rows]
+        return batched(requests, _rows, self._check, _answer)
 
-        def answer(span: range) -> Answer:
-            mine = [problems[i] for i in span]
-            bad = next((k for k, p in enumerate(mine) if p), None)
-            if bad is not None:
-                return RequestError(("" if len(mine) == 1 else f"row {bad}: ") + mine[bad])
-            return {OUTPUT_PREFIX + name: np.array([[rows[i][k]] for i in span], dtype=np.object_)
-                    for k, name in enumerate(IMAGE_INPUTS)}
+    def _check(self, rows: list[Row]) -> list[tuple[Row, str | None]]:
+        """Each row with its first problem (None: both images are usable)."""
+        return [(row, check_images(tuple(zip(IMAGE_INPUTS, row, strict=True)),
+                                   self.settings.limits)) for row in rows]
 
-        return scatter(spans, answer)
+
+def _answer(mine: list[tuple[Row, str | None]]) -> Answer:
+    bad = next((k for k, (_, problem) in enumerate(mine) if problem), None)
+    if bad is not None:
+        return RequestError(("" if len(mine) == 1 else f"row {bad}: ") + str(mine[bad][1]))
+    return {OUTPUT_PREFIX + name: np.array([[row[k]] for row, _ in mine], dtype=np.object_)
+            for k, name in enumerate(IMAGE_INPUTS)}

@@ -184,6 +184,16 @@ def scatter(spans: Sequence[range | Exception], answer: Callable[[range], Answer
     return answers
 
 
+def batched(requests: Sequence[Request], items: Callable[[Request], list],
+            run: Callable[[list], Sequence], answer: Callable[[list], Answer]) -> list[Answer]:
+    """Gather -> one run -> scatter: every request's ``items`` in one list, ONE
+    ``run`` over it (one result per item), then ``answer`` per request from its
+    results (a request whose items could not be read is answered by that error)."""
+    spans, flat = gather(requests, items)
+    results = run(flat)
+    return scatter(spans, lambda span: answer([results[i] for i in span]))
+
+
 def text_tensor(values: Sequence[bytes | str]) -> np.ndarray:
     """A TYPE_STRING tensor of shape [len(values), 1]."""
     return np.array([[v if isinstance(v, bytes) else v.encode()] for v in values],
