@@ -21,6 +21,13 @@ def umeyama(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
 
     Least squares in closed form (Umeyama 1991), reflections excluded.
     """
+    # Ours, not cv2.estimateAffinePartial2D(src, dst, method=cv2.LMEDS) (InsightFace's
+    # other choice), measured (.venv/bin/python tests/unit/test_face_library_parity.py):
+    # LMEDS is a robust fit that drops landmarks it takes for outliers (128 of 1000
+    # template sets with 2-px noise lost some, their transforms up to 32 off this one);
+    # keeping all five (the real photos) its Levenberg-Marquardt refinement still stops
+    # up to 1.6e-5 short of this least-squares solution. It is faster (12 vs 38 us a
+    # face), which is nothing beside the detector.
     src = np.asarray(src, dtype=np.float64)
     dst = np.asarray(dst, dtype=np.float64)
     if src.shape != dst.shape or src.ndim != 2 or src.shape[0] < 2:
@@ -45,6 +52,13 @@ def umeyama(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
 
 def warp_face(image: np.ndarray, landmarks: np.ndarray, size: int = FACE_SIZE) -> np.ndarray:
     """The ``size`` x ``size`` RGB crop of ``image`` with ``landmarks`` on the template."""
+    # Pillow, not cv2.warpAffine(INTER_LINEAR), measured on the real test photos
+    # (.venv/bin/python tests/unit/test_face_library_parity.py): the same geometry, but
+    # the crops differ by up to 3 levels in half of the values (OpenCV samples on a
+    # 1/32-pixel grid: up to 3.4 levels off an exact float64 bilinear; Pillow truncates,
+    # less than 1 below it), which moves SFace similarities by up to 0.004, and the
+    # match threshold and the scores quoted in face_embedding's config were taken on
+    # these crops. cv2 is faster (51 vs 450-890 us a face: Pillow copies the image in).
     template = ARCFACE_TEMPLATE * (size / FACE_SIZE)
     forward = umeyama(landmarks, template)
     inverse = np.linalg.inv(forward)  # Pillow maps output pixels back to input pixels

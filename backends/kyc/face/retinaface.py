@@ -1,4 +1,4 @@
-"""RetinaFace post-processing: priors, vectorised box/landmark decoding and NMS.
+"""RetinaFace post-processing: priors, vectorised box/landmark decoding, NMS (OpenCV).
 
 The served ``face_detector`` answers, per image, one row per prior: box deltas
 ``LOC [P, 4]``, face probabilities ``SCORES [P]`` and landmark deltas
@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+import cv2
 import numpy as np
 
 STEPS = (8, 16, 32)
@@ -63,26 +64,24 @@ def decode(loc: np.ndarray, landmarks: np.ndarray, anchors: np.ndarray) -> tuple
 
 
 def nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float) -> np.ndarray:
-    """Indices kept by greedy non-maximum suppression, best score first."""
-    order = np.argsort(-scores, kind="stable")
-    boxes = boxes[order]
-    areas = np.clip(boxes[:, 2] - boxes[:, 0], 0, None) * np.clip(boxes[:, 3] - boxes[:, 1], 0,
-                                                                    None)
-    # One IoU matrix for all candidates, then a greedy pass over booleans.
-    x1 = np.maximum(boxes[:, None, 0], boxes[None, :, 0])
-    y1 = np.maximum(boxes[:, None, 1], boxes[None, :, 1])
-    x2 = np.minimum(boxes[:, None, 2], boxes[None, :, 2])
-    y2 = np.minimum(boxes[:, None, 3], boxes[None, :, 3])
-    inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
-    iou = inter / np.maximum(areas[:, None] + areas[None, :] - inter, 1e-9)
-    suppressed = np.zeros(len(order), dtype=bool)
-    keep = []
-    for i in range(len(order)):
-        if suppressed[i]:
-            continue
-        keep.append(i)
-        suppressed |= iou[i] > iou_threshold
-    return order[np.array(keep, dtype=np.int64)]
+    """Indices kept by greedy non-maximum suppression, best score first.
+
+    ``cv2.dnn.NMSBoxes``: IoU of the boxes as given (no +1-pixel convention), in double;
+    a box is dropped when its IoU with a kept one is > ``iou_threshold``; equal scores
+    keep their input order (stable sort); scores <= 0 are dropped (OpenCV's score
+    filter wants a threshold >= 0; :func:`detect_batch` has applied its own before).
+    Measured (.venv/bin/python tests/unit/test_face_library_parity.py) against the numpy
+    IoU matrix it replaced: the same picks, order included, on the real detector outputs
+    (6 photos x 4 quarter turns, 640 canvas, scores > 0.7 and > 0.02) and 300 sets of
+    clustered boxes; 3x faster (28 candidates: 12 vs 33 us; 500: 0.14 vs 1.56 ms). They
+    part only on an IoU within ~1e-7 of the threshold (float32 there, double here) and on
+    boxes of zero area (OpenCV counts two as overlapping; decoded sizes are exp(...) > 0).
+    """
+    corners = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    xywh = np.concatenate([corners[:, :2], corners[:, 2:] - corners[:, :2]], axis=1)
+    kept = cv2.dnn.NMSBoxes(xywh, np.asarray(scores, dtype=np.float32).ravel(),
+                            0.0, iou_threshold)
+    return np.asarray(kept, dtype=np.int64).reshape(-1)
 
 
 def detect_batch(
