@@ -14,8 +14,8 @@ import pytest
 import fake_triton
 from fake_triton import FakeError, FakeResponse, FakeTensor
 from kyc.document.step import PreprocessSettings, prepare_page, rec_alphabet
-from kyc.pipeline.modelconfig import Repository
 from kyc.document.synthetic import Degradation, random_identity, render_document
+from kyc.pipeline.modelconfig import Repository
 from kyc_testing import SHIPPED_REPOSITORY, require_weights
 
 

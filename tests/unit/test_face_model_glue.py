@@ -1,12 +1,10 @@
-"""face_preprocess served through the step adapter (kyc.pipeline.triton), with a stand-in for triton_python_backend_utils.
+"""face_preprocess through the step adapter (kyc.pipeline.triton), with a fake pb_utils.
 
 The BLS callee is the real face_detector ONNX run in-process; the served path is
 tested against a real server in tests/integration/test_face_path.py.
 """
 
 from __future__ import annotations
-
-import json
 
 import numpy as np
 import pytest

@@ -155,9 +155,9 @@ def test_triton_model_answers_each_request_with_outputs_or_an_invalid_arg_error(
     from kyc.onnx_backend import OnnxStep
     from kyc.pipeline.triton import triton_model
 
-    TritonPythonModel = triton_model(OnnxStep.from_context)
+    served_model = triton_model(OnnxStep.from_context)
     onnx_factory(tmp_path / "1" / "model.onnx", shape=("batch", "width"))
-    model = TritonPythonModel()
+    model = served_model()
     model.initialize({
         "model_config": json.dumps(CONFIG),
         "model_repository": str(tmp_path),
