@@ -24,7 +24,8 @@ from kyc_testing import PROJECT_ROOT, SHIPPED_REPOSITORY, copy_tree, require_wei
 
 pytestmark = pytest.mark.integration
 
-MODELS = ("face_detector", "face_preprocess", "face_embedding", "liveness_sequence")
+# kyc_intake: the owner of the client image limits the face path reads
+MODELS = ("face_detector", "face_preprocess", "face_embedding", "liveness_sequence", "kyc_intake")
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,8 @@ from kyc_testing import (
 
 pytestmark = pytest.mark.integration
 
-MODELS = ("face_detector", "face_preprocess", "face_embedding", "liveness_sequence")
+# kyc_intake: the owner of the client image limits the face path reads
+MODELS = ("face_detector", "face_preprocess", "face_embedding", "liveness_sequence", "kyc_intake")
 MAX_SESSIONS = 5
 
 

@@ -245,3 +245,13 @@ def test_check_still_requires_the_model_file_of_a_version_it_does_not_serve(
     assert messages(tiny_repository) == [
         "repo/double/1/model.onnx: missing: version folder has no model.onnx"
     ]
+
+
+def test_check_reports_a_python_model_parameter_naming_a_missing_model(tmp_path):
+    from kyc_testing import SHIPPED_REPOSITORY, copy_tree
+
+    for model in ("face_detector", "face_preprocess"):  # kyc_intake left out
+        copy_tree(SHIPPED_REPOSITORY / model, tmp_path / model)
+    problems = [str(p) for p in check_repository(tmp_path)]
+    assert any("face_preprocess/config.pbtxt: parameter limits_model names model 'kyc_intake'"
+               in p for p in problems), problems

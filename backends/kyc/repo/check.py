@@ -108,6 +108,24 @@ def check_repository(repository: Path) -> list[Problem]:
         if model.config is not None and model.config.platform == "ensemble":
             model_dir = repository / model.name
             problems.extend(check_ensemble(model_dir, model.config, models, repository))
+    problems.extend(check_model_references(models, repository))
+    return problems
+
+
+def check_model_references(models: dict[str, CheckedModel], root: Path) -> list[Problem]:
+    """A Python model's ``*_model`` parameters (a model it calls or reads the settings
+    of: ``detector_model``, ``limits_model``...) name models of the repository; empty
+    means not configured. Without this, the model fails in ``initialize``."""
+    problems = []
+    for model in models.values():
+        if model.config is None or model_kind(model.config).name != "python":
+            continue
+        for key, value in sorted(model.config.parameters.items()):
+            named = value.string_value
+            if key.endswith("_model") and named and named not in models:
+                problems.append(Problem(f"{model.name}/{CONFIG}",
+                                        f"parameter {key} names model '{named}', which is not "
+                                        f"in {root.name}"))
     return problems
 
 
