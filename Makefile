@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 REPOSITORY ?= model_repository
 PYTEST_ARGS ?=
 
-.PHONY: setup deps models serve test lint unit integration check clean lock runtime deps-locked \
+.PHONY: setup deps models serve test lint unit integration check clean lock runtime deps-locked perf-analyzer \
 	wheelhouse image image-cpu image-base-cpu
 
 ## setup: idempotent; .venv, Debian packages, the project, default model weights
@@ -65,6 +65,14 @@ $(VENV)/.installed-peers: $(VENV)/.installed locks/peers.lock
 	$(BIN)/python -c 'import rapidocr_onnxruntime'
 	touch $@
 
+## perf-analyzer: NVIDIA's perf_analyzer 2.51.0 (the server's release) as .venv/bin/perf_analyzer,
+## the load generator of `kyc bench` (scripts/perf-analyzer.sh; make test installs it)
+perf-analyzer: $(VENV)/.installed-perf-analyzer
+
+$(VENV)/.installed-perf-analyzer: $(VENV)/.installed locks/perf-analyzer.lock scripts/perf-analyzer.sh
+	bash scripts/perf-analyzer.sh $(VENV)
+	touch $@
+
 # deploy/ checks (make test only): Prometheus from Debian; kubectl (kustomize), which is
 # no Debian package: the machine image of CI and the developers has it; and the KServe
 # SDK wheel, downloaded and never installed (tests/kserve_schema.py reads its API types).
@@ -112,7 +120,8 @@ lint: deps
 
 ## test: lint, unit tests, integration tests against a real server and the real image
 ## (kyc-triton:cpu in a Docker engine that make image-cpu starts and this stops)
-test: setup lint $(VENV)/.installed-arcface $(VENV)/.installed-peers $(VENV)/.installed-deploy image-cpu
+test: setup lint $(VENV)/.installed-arcface $(VENV)/.installed-peers $(VENV)/.installed-deploy \
+	$(VENV)/.installed-perf-analyzer image-cpu
 	KYC_IMAGE_TESTS=required $(BIN)/python -m pytest $(PYTEST_ARGS) \
 		|| { status=$$?; bash scripts/docker-engine.sh stop; exit $$status; }
 	bash scripts/docker-engine.sh stop
@@ -154,7 +163,8 @@ image-cpu: image-base-cpu
 unit: deps $(VENV)/.installed-arcface $(VENV)/.installed-deploy
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
 
-integration: setup $(VENV)/.installed-arcface $(VENV)/.installed-peers $(VENV)/.installed-deploy
+integration: setup $(VENV)/.installed-arcface $(VENV)/.installed-peers $(VENV)/.installed-deploy \
+	$(VENV)/.installed-perf-analyzer
 	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
 
 clean:

@@ -7,6 +7,9 @@
 #   locks/triton.lock         nvidia-pytriton, installed with --no-deps (its server binary only)
 #   locks/kserve.lock         the KServe SDK wheel, downloaded (not installed) by `make test`:
 #                             tests/kserve_schema.py reads its API types to validate deploy/kserve
+#   locks/perf-analyzer.lock  NVIDIA's perf_analyzer of the server's release (inside the
+#                             tritonclient 2.51.0 wheel) and libcudart.so.12, which it loads:
+#                             downloaded, not installed (scripts/perf-analyzer.sh)
 #   locks/build.lock          setuptools and wheel, the project's build backend: installed with
 #                             hashes first, so the project builds without build isolation
 #   locks/peers.lock          the OCR peer of `kyc bench` (`make test`), with --no-deps: it
@@ -40,6 +43,9 @@ no_deps() {  # lock FILE PACKAGE...: exact pins without their dependencies
 no_deps locks/triton.lock nvidia-pytriton
 no_deps locks/peers.lock rapidocr-onnxruntime shapely PyYAML six tqdm
 no_deps locks/kserve.lock kserve
+# Not under constraints.txt: the project's own tritonclient is newer; this one is a tool.
+printf '%s\n' tritonclient==2.51.0 'nvidia-cuda-runtime-cu12<13' \
+  | { header; "${uv[@]}" --python-version 3.10 --no-deps -; } > locks/perf-analyzer.lock
 no_deps locks/build.lock setuptools wheel
 # uv names the temporary constraints file it was given: name the real one, so that a
 # run that changes nothing leaves the locks as they were.

@@ -24,6 +24,8 @@ if [ "${2:-}" = "--image-debs" ]; then
 fi
 wanted=("${image_debs[@]}" "libpython${py}")
 [ "${2:-}" = "--test" ] && wanted+=(prometheus)
+# perf_analyzer (scripts/perf-analyzer.sh) links libb64.
+[ "${2:-}" = "--perf-analyzer" ] && wanted+=(libb64-0d)
 [ "${2:-}" = "--image-base" ] && wanted+=(debootstrap)
 missing=()
 for pkg in "${wanted[@]}"; do

@@ -40,6 +40,7 @@ import math
 import os
 import platform
 import shutil
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -537,6 +538,9 @@ class Served:
     make_client: Callable[[str, int], AsyncClient]  # (grpc_url, client index)
     levels: tuple[int, ...]
     quality: Callable[[Mapping[str, int]], Mapping[str, Any]] | None = None
+    # Stateless requests (inputs with a batch dimension of 1): then NVIDIA's perf_analyzer
+    # is the load generator (kyc.bench.perf_analyzer), not make_client's loops.
+    perf_inputs: Sequence[Mapping[str, np.ndarray]] | None = None
 
 
 @dataclass
@@ -560,13 +564,26 @@ class Bench:
                     ) -> dict[str, Any]:
         import tritonclient.grpc.aio as aioclient
 
+        from kyc.bench import perf_analyzer
+
         steps = pipeline_steps(self.repository, scenario.entry)
         models = list(dict.fromkeys([scenario.entry, *steps, *scenario.models]))
         levels = []
+        use_perf = (scenario.perf_inputs is not None and background is None
+                    and perf_analyzer.available())
+        if scenario.perf_inputs is not None and not use_perf:
+            log.warning("%s: perf_analyzer is not installed (make perf-analyzer): the bench's "
+                        "own clients load instead", name or scenario.name)
         stats_client = aioclient.InferenceServerClient(self.grpc_url)
         try:
             for concurrency in scenario.levels:
                 log.info("%s: concurrency %d", name or scenario.name, concurrency)
+                if use_perf:
+                    level, figs = await self._perf_level(
+                        scenario, concurrency, stats_reader(stats_client, models),
+                        name or scenario.name)
+                    levels.append(self._served_figures(figs, level, scenario, steps))
+                    continue
                 level = await measure_level(
                     lambda k: scenario.make_client(self.grpc_url, k), concurrency,
                     self.options.window, stats_reader(stats_client, models),
@@ -574,19 +591,51 @@ class Bench:
                 figs = level_figures(level.measurement)
                 if scenario.quality is not None:
                     figs |= scenario.quality(level.measurement.tallies)
-                figs["server_us"] = server_times(level.stats_before, level.stats_after,
-                                                 scenario.entry, steps)
-                figs["model_stats"] = model_stats(level.stats_before, level.stats_after)
-                figs["queue_vs_budget"] = queue_against_budget(figs["model_stats"])
+                self._served_figures(figs, level, scenario, steps)
                 if level.background is not None:
                     figs["background"] = level_figures(level.background)
                 levels.append(figs)
         finally:
             await stats_client.close()
+        generator = "perf_analyzer" if use_perf else "kyc.bench asyncio gRPC clients"
         result = {"description": scenario.description, "kind": "served", "unit": scenario.unit,
-                  "models": models, "steps": steps, **extra, "levels": levels}
+                  "models": models, "steps": steps, "load_generator": generator, **extra,
+                  "levels": levels}
         self.scenarios[name or scenario.name] = result
         return result
+
+    async def _perf_level(self, scenario: Served, concurrency: int, stats: StatsReader,
+                          name: str) -> tuple[Level, dict[str, Any]]:
+        """One level measured by perf_analyzer, the statistics read around its run."""
+        from kyc.bench import perf_analyzer
+
+        folder = Path(tempfile.mkdtemp(prefix="kyc-perf-"))
+        try:
+            data = perf_analyzer.write_input_data(folder / "input.json",
+                                                  scenario.perf_inputs or [])
+            level = Level(Measurement(concurrency=concurrency))
+            level.stats_before = await stats()
+            measured = await asyncio.to_thread(
+                perf_analyzer.measure, scenario.entry, self.grpc_url, concurrency, data,
+                folder / f"{name}.csv", self.options.window.min_requests)
+            level.stats_after = await stats()
+            figs = measured.figures()
+            figs["perf_analyzer_csv"] = (folder / f"{name}.csv").read_text()
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        entry_before = level.stats_before.get(scenario.entry, {}).get("requests", 0)
+        figs["requests"] = level.stats_after.get(scenario.entry, {}).get("requests",
+                                                                         0) - entry_before
+        return level, figs
+
+    @staticmethod
+    def _served_figures(figs: dict[str, Any], level: Level, scenario: Served,
+                        steps: Sequence[str]) -> dict[str, Any]:
+        figs["server_us"] = server_times(level.stats_before, level.stats_after, scenario.entry,
+                                         steps)
+        figs["model_stats"] = model_stats(level.stats_before, level.stats_after)
+        figs["queue_vs_budget"] = queue_against_budget(figs["model_stats"])
+        return figs
 
     def in_process(self, name: str, description: str, unit: str,
                    factory: Callable[[Path], InProcessRunner], payloads: Sequence[Any],
@@ -735,8 +784,10 @@ def running_server(repository: Path, log_file: Path) -> Iterator[TritonServer]:
 # -- the report ----------------------------------------------------------------------
 COMPARED = (
     "served: a real Triton server (Python-based onnxruntime backend on CPU) in explicit "
-    "model-control mode, closed loops of asyncio gRPC clients per concurrency level, "
-    "answers counted over a fixed window after a warm-up; in process: the same kyc code "
+    "model-control mode, closed loops per concurrency level: NVIDIA's perf_analyzer for "
+    "the stateless single-model scenarios (its count windows and CSV), else asyncio gRPC "
+    "clients whose answers are scored, counted over a fixed window after a warm-up; "
+    "in process: the same kyc code "
     "and ONNX files without Triton, onnxruntime with the served models' thread settings, "
     "batches of min(concurrency, max_batch_size); batching off: the model reloaded "
     "through the model-control API with its config less dynamic_batching; peers: other "

@@ -154,7 +154,8 @@ async def run_batching(bench: Bench) -> None:
                 "shipped config less dynamic_batching, loaded through the model-control API")
             await bench.sweep(Served(f"{model}_batching_{variant}",
                                      f"{description}; dynamic batching {variant} ({how})",
-                                     unit, model, (model,), make, levels))
+                                     unit, model, (model,), make, levels,
+                                     perf_inputs=[{name: p} for p in payloads]))
         bench.load_variant(model, True)
         ceiling = bench.extra.setdefault("batching_ceiling_in_process", {})
         ceiling[model] = batching_ceiling(bench.repository, model, name, payloads)
@@ -289,4 +290,16 @@ def run_bench(options: BenchOptions) -> dict[str, Any]:
                               server_pid=server.process.pid)
                 asyncio.run(run_groups(bench))
                 memory = bench.memory
-    return summarize(bench.scenarios, options, started_at, host, memory, bench.extra)
+    report = summarize(bench.scenarios, options, started_at, host, memory, bench.extra)
+    report["settings"]["load_generators"] = load_generators(bench.scenarios)
+    return report
+
+
+def load_generators(scenarios: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Which load generator measured each served scenario, and perf_analyzer's version."""
+    from kyc.bench import perf_analyzer
+
+    used = {name: figs["load_generator"] for name, figs in scenarios.items()
+            if "load_generator" in figs}
+    version = perf_analyzer.version() if "perf_analyzer" in used.values() else None
+    return {"perf_analyzer": version, "scenarios": used}
