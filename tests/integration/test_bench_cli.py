@@ -81,11 +81,27 @@ def test_batching_is_on_in_one_variant_and_off_in_the_other(report):
 
 
 def test_the_end_to_end_scenarios_decide_every_customer(report):
-    for name in ("kyc_ensemble", "kyc_in_process"):
-        for row in report["scenarios"][name]["levels"]:
-            assert row["requests_decided"] == row["requests"], name
-            assert "decision_approve" not in row  # no liveness token: never approved
-            assert row["face_matched"] == row["requests"]  # same person on page and selfie
+    # served, perf_analyzer times the levels; each case was also sent once and scored
+    checked = report["scenarios"]["kyc_ensemble"]["answers_checked"]
+    rows = [checked, *report["scenarios"]["kyc_in_process"]["levels"]]
+    assert checked["requests"] > 0 and checked["errors"] == 0
+    for row in rows:
+        assert row["requests_decided"] == row["requests"]
+        assert "decision_approve" not in row  # no liveness token: never approved
+        assert row["face_matched"] == row["requests"]  # same person on page and selfie
+
+
+def test_perf_analyzer_loads_every_stateless_served_scenario(report):
+    generators = report["settings"]["load_generators"]
+    assert generators["perf_analyzer"] == "2.51.0"
+    stateless = {"kyc_ensemble", "document_ocr", "face_embedding_batching_on",
+                 "face_embedding_batching_off", "ocr_rec_batching_on", "ocr_rec_batching_off"}
+    for name in stateless:
+        assert generators["scenarios"][name] == "perf_analyzer", name
+        level = report["scenarios"][name]["levels"][0]
+        assert level["perf_analyzer_csv"].startswith("Concurrency,Inferences/Second"), name
+    # the liveness client answers the random challenge: perf_analyzer cannot
+    assert generators["scenarios"]["liveness_sequence"] != "perf_analyzer"
 
 
 def test_liveness_sessions_end_live_alone_and_under_ocr_load(report):

@@ -574,6 +574,9 @@ class Bench:
         if scenario.perf_inputs is not None and not use_perf:
             log.warning("%s: perf_analyzer is not installed (make perf-analyzer): the bench's "
                         "own clients load instead", name or scenario.name)
+        checked: dict[str, int] = {}
+        if use_perf:  # perf_analyzer times the answers; the SDK client scores them, once
+            checked = await self._check_answers(scenario)
         stats_client = aioclient.InferenceServerClient(self.grpc_url)
         try:
             for concurrency in scenario.levels:
@@ -582,6 +585,8 @@ class Bench:
                     level, figs = await self._perf_level(
                         scenario, concurrency, stats_reader(stats_client, models),
                         name or scenario.name)
+                    if scenario.quality is not None:
+                        figs |= scenario.quality(checked)
                     levels.append(self._served_figures(figs, level, scenario, steps))
                     continue
                 level = await measure_level(
@@ -601,8 +606,30 @@ class Bench:
         result = {"description": scenario.description, "kind": "served", "unit": scenario.unit,
                   "models": models, "steps": steps, "load_generator": generator, **extra,
                   "levels": levels}
+        if checked:
+            result["answers_checked"] = checked
         self.scenarios[name or scenario.name] = result
         return result
+
+    async def _check_answers(self, scenario: Served) -> dict[str, int]:
+        """Each of perf_analyzer's inputs sent once through the scenario's own client,
+        its answer scored (perf_analyzer only times answers): summed tallies, and
+        ``requests`` and ``errors``."""
+        client = scenario.make_client(self.grpc_url, 0)
+        tallies: dict[str, int] = {"requests": 0, "errors": 0}
+        try:
+            for _ in scenario.perf_inputs or []:
+                tallies["requests"] += 1
+                try:
+                    outcome = await client.next()
+                except Exception:  # counted, as in a measured window
+                    tallies["errors"] += 1
+                    continue
+                for key, count in outcome.items():
+                    tallies[key] = tallies.get(key, 0) + count
+        finally:
+            await client.close()
+        return tallies
 
     async def _perf_level(self, scenario: Served, concurrency: int, stats: StatsReader,
                           name: str) -> tuple[Level, dict[str, Any]]:
@@ -784,9 +811,11 @@ def running_server(repository: Path, log_file: Path) -> Iterator[TritonServer]:
 # -- the report ----------------------------------------------------------------------
 COMPARED = (
     "served: a real Triton server (Python-based onnxruntime backend on CPU) in explicit "
-    "model-control mode, closed loops per concurrency level: NVIDIA's perf_analyzer for "
-    "the stateless single-model scenarios (its count windows and CSV), else asyncio gRPC "
-    "clients whose answers are scored, counted over a fixed window after a warm-up; "
+    "model-control mode, closed loops per concurrency level: NVIDIA's perf_analyzer "
+    "2.51.0 for the stateless scenarios (kyc_ensemble, document_ocr, the batching models: "
+    "its count windows and CSV; each input also sent once through the SDK to score the "
+    "answers), asyncio gRPC clients for liveness (they answer the random challenge) and "
+    "background load, answers counted over a fixed window after a warm-up; "
     "in process: the same kyc code "
     "and ONNX files without Triton, onnxruntime with the served models' thread settings, "
     "batches of min(concurrency, max_batch_size); batching off: the model reloaded "

@@ -93,11 +93,11 @@ def _token_environ() -> dict[str, str] | None:
     return {ENV_KEY: base64.b64encode(secrets.token_bytes(KEY_BYTES)).decode()}
 
 
-def _case_request(case: KycCase) -> Request:
+def case_inputs(case: KycCase) -> dict[str, np.ndarray]:
     """kyc_ensemble's inputs for one case, as the SDK sends them (no liveness token)."""
-    return Request({name: np.array([[value]], dtype=np.object_) for name, value in
-                    (("DOCUMENT_IMAGE", case.document), ("SELFIE_IMAGE", case.selfie),
-                     ("LIVENESS_TOKEN", b""))})
+    return {name: np.array([[value]], dtype=np.object_) for name, value in
+            (("DOCUMENT_IMAGE", case.document), ("SELFIE_IMAGE", case.selfie),
+             ("LIVENESS_TOKEN", b""))}
 
 
 class KycInProcess:
@@ -114,7 +114,7 @@ class KycInProcess:
 
     def verify(self, cases: Sequence[KycCase]) -> list[Verification | Exception]:
         """What kyc_ensemble answers for each case (no liveness token), in order."""
-        answers = self.local.run("kyc_ensemble", [_case_request(c) for c in cases])
+        answers = self.local.run("kyc_ensemble", [Request(case_inputs(c)) for c in cases])
         return [a if isinstance(a, Exception) else Verification.from_result(_Answer(a))
                 for a in answers]
 

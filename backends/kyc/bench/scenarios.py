@@ -71,12 +71,13 @@ class KycClient:
 
 
 async def run_kyc(bench: Bench) -> None:
-    from kyc.bench.kyc import KYC_DESCRIPTION, KYC_MODELS, KycInProcess, kyc_cases
+    from kyc.bench.kyc import KYC_DESCRIPTION, KYC_MODELS, KycInProcess, case_inputs, kyc_cases
 
     cases = kyc_cases(_payload_count(bench, 4, 8))
     levels = bench.options.levels_of("kyc")
     await bench.sweep(Served("kyc_ensemble", KYC_DESCRIPTION, "requests", "kyc_ensemble",
-                             KYC_MODELS, lambda url, k: KycClient(url, cases, k), levels))
+                             KYC_MODELS, lambda url, k: KycClient(url, cases, k), levels,
+                             perf_inputs=[case_inputs(c) for c in cases]))
     bench.in_process("kyc_in_process", f"{KYC_DESCRIPTION}; in process without Triton, the "
                      "same kyc code and ONNX files, batches of min(concurrency, max batch)",
                      "requests", KycInProcess, cases, levels)
@@ -226,7 +227,9 @@ async def run_document(bench: Bench) -> None:
     cases = document_cases(_payload_count(bench, 6, 16))
     await bench.sweep(Served("document_ocr", DOCUMENT_DESCRIPTION, "documents", "document_ocr",
                              DOCUMENT_MODELS, lambda url, k: DocumentClient(url, cases, k),
-                             bench.options.levels_of("document"), quality=rates))
+                             bench.options.levels_of("document"), quality=rates,
+                             perf_inputs=[{"IMAGE": np.array([[c.image]], dtype=np.object_)}
+                                          for c in cases]))
     bench.in_process("document_peer_rapidocr", PEER_DESCRIPTION, "documents", RapidOcrPeer,
                      cases, (1,), kind="peer", quality=rates)
 
