@@ -13,6 +13,7 @@ from kyc.runtime.server import (
     TritonServer,
     production_problems,
     remove_shm_regions,
+    remove_stale_live_copies,
     remove_stale_shm_regions,
 )
 from kyc.runtime.triton import STUB_NAME, assemble_backends, find_wheel_tree, system_install
@@ -170,3 +171,13 @@ def test_production_refuses_a_missing_or_short_admin_key_and_a_missing_token_key
     assert len(found) == len(problems)
     for line, expected in zip(found, problems, strict=True):
         assert expected in line
+
+
+def test_live_copies_of_dead_launchers_are_removed_and_others_kept(tmp_path):
+    dead = 2**22 + 12345  # above the default pid_max: no such process
+    live = os.getpid()
+    for name in (f"kyc-live-{dead}-abc", f"kyc-live-{live}-abc", "kyc-live-abc", "other"):
+        (tmp_path / name / "models").mkdir(parents=True)
+    assert remove_stale_live_copies(tmp_path) == [f"kyc-live-{dead}-abc"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["kyc-live-abc", f"kyc-live-{live}-abc", "other"])

@@ -208,6 +208,24 @@ def remove_stale_shm_regions(shm_dir: Path = SHM_DIR) -> list[str]:
     return _unlink_all(stale)
 
 
+LIVE_PREFIX = "kyc-live-"
+_LIVE_RE = re.compile(rf"^{LIVE_PREFIX}(\d+)-")
+
+
+def remove_stale_live_copies(parent: Path) -> list[str]:
+    """Remove the live copies (``kyc-live-<launcher pid>-*``) in ``parent`` of servers
+    whose launcher is gone: a ``kyc serve`` killed with SIGKILL cannot remove its own."""
+    if not parent.is_dir():
+        return []
+    removed = []
+    for entry in parent.iterdir():
+        match = _LIVE_RE.match(entry.name)
+        if match and entry.is_dir() and not _pid_alive(int(match.group(1))):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry.name)
+    return removed
+
+
 def _unlink_all(entries: Iterable[Path]) -> list[str]:
     """Unlink each entry; the names of those removed (already gone is fine)."""
     removed = []
@@ -370,7 +388,12 @@ class TritonServer:
         opts = self.options
         if opts.live_dir is not None:
             opts.live_dir.mkdir(parents=True, exist_ok=True)
-        self._live_tmp = Path(tempfile.mkdtemp(prefix="kyc-live-", dir=opts.live_dir))
+        parent = opts.live_dir or Path(tempfile.gettempdir())
+        stale = remove_stale_live_copies(parent)
+        if stale:
+            log.info("removed %d live copies of dead servers from %s", len(stale), parent)
+        self._live_tmp = Path(tempfile.mkdtemp(prefix=f"{LIVE_PREFIX}{os.getpid()}-",
+                                               dir=parent))
         self.live = LiveRepository(opts.model_repository.resolve(), self._live_tmp / "models",
                                    self._live_tmp / "staging", quiet_s=opts.quiet_secs)
         self.seed_events = self.live.sync()
