@@ -48,6 +48,8 @@ def test_the_report_has_the_contract_keys_and_every_goal_measured(report):
         assert report[ratio] > 0
     for name, goal in report["goals"].items():
         assert goal["value"] is not None and goal["met"] in (True, False), name
+    assert report["goals"]["batching_gain_vs_ceiling"]["target"] == 0.95
+    assert report["cpu_seconds_per_customer"] > 0
 
 
 def test_every_level_answered_every_request_with_positive_figures(report):
