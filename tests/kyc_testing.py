@@ -197,3 +197,12 @@ def liveness_step(client: grpcclient.InferenceServerClient, sid, frame: bytes = 
             sequence_id=sid, sequence_start=start, sequence_end=end, client_timeout=60))
     except Exception as exc:
         return exc
+
+
+def write_model(root: Path, name: str, config: str, model_py: str | None = None) -> None:
+    """A model folder in ``root``: its config (dedented) and a version 1, with a
+    ``model.py`` when given."""
+    (root / name / "1").mkdir(parents=True)
+    (root / name / "config.pbtxt").write_text(textwrap.dedent(config))
+    if model_py is not None:
+        (root / name / "1" / "model.py").write_text(textwrap.dedent(model_py))

@@ -28,7 +28,7 @@ from kyc.pipeline.step import (
     UnavailableError,
 )
 from kyc.pipeline.triton import triton_model
-from kyc_testing import SHIPPED_REPOSITORY
+from kyc_testing import SHIPPED_REPOSITORY, write_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -144,13 +144,6 @@ def test_requests_are_grouped_in_order_up_to_the_models_max_batch_size():
     rows = [Request({"X": np.zeros((n, 1))}) for n in (3, 3, 2, 9, 1)]
     assert batches(rows, 8) == [[0, 1, 2], [3], [4]]
     assert batches(rows, 0) == [[0, 1, 2, 3, 4]]
-
-
-def write_model(root: Path, name: str, text: str, step_source: str | None = None) -> None:
-    (root / name / "1").mkdir(parents=True)
-    (root / name / "config.pbtxt").write_text(textwrap.dedent(text))
-    if step_source is not None:
-        (root / name / "1" / "model.py").write_text(textwrap.dedent(step_source))
 
 
 ADD_ONE = """

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import base64
 import re
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -29,7 +28,7 @@ from kyc.repo.graph import (
     to_dot,
     to_mermaid,
 )
-from kyc_testing import PROJECT_ROOT, SHIPPED_REPOSITORY, require_weights
+from kyc_testing import PROJECT_ROOT, SHIPPED_REPOSITORY, require_weights, write_model
 
 CONFIGS = {p.parent.name: load_config(p)
            for p in sorted(SHIPPED_REPOSITORY.glob("*/config.pbtxt"))}
@@ -301,13 +300,6 @@ def test_docs_model_graph_is_up_to_date(graph):
 
 
 # -- edge cases, on a repository of our own ----------------------------------------
-def write_model(root: Path, name: str, text: str, glue: str | None = None) -> None:
-    (root / name / "1").mkdir(parents=True)
-    (root / name / "config.pbtxt").write_text(textwrap.dedent(text))
-    if glue is not None:
-        (root / name / "1" / "model.py").write_text(glue)
-
-
 def param(key: str, value: str) -> str:
     return f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n'
 
@@ -348,7 +340,7 @@ def odd_repository(tmp_path: Path) -> Path:
         }
         """ + param("face_model", "pre") + param("embedding_model", "det")
         + param("antispoof_model", ""),
-        glue='from kyc.pipeline.triton import triton_model\n\n'
+        model_py='from kyc.pipeline.triton import triton_model\n\n'
              'TritonPythonModel = triton_model("kyc.liveness.step:LivenessStep")\n')
     write_model(root, "ens", """
         name: "ens"

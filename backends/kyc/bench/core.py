@@ -575,17 +575,19 @@ class Bench:
             log.warning("%s: perf_analyzer is not installed (make perf-analyzer): the bench's "
                         "own clients load instead", name or scenario.name)
         checked: dict[str, int] = {}
-        if use_perf:  # perf_analyzer times the answers; the SDK client scores them, once
-            checked = await self._check_answers(scenario)
+        folder = Path(tempfile.mkdtemp(prefix="kyc-perf-"))
+        data = folder / "input.json"  # written once, read by every level
         stats_client = aioclient.InferenceServerClient(self.grpc_url)
         try:
+            if use_perf:  # perf_analyzer times the answers; the SDK client scores them, once
+                checked = await self._check_answers(scenario)
+                perf_analyzer.write_input_data(data, scenario.perf_inputs or [])
             for concurrency in scenario.levels:
                 log.info("%s: concurrency %d", name or scenario.name, concurrency)
                 if use_perf:
                     cpu = process_cpu_seconds(self.server_pid) if self.server_pid else None
                     level, figs = await self._perf_level(
-                        scenario, concurrency, stats_reader(stats_client, models),
-                        name or scenario.name)
+                        scenario, concurrency, stats_reader(stats_client, models), data)
                     if scenario.quality is not None:
                         figs |= scenario.quality(checked)
                     if cpu is not None and figs["requests"] > 0:
@@ -606,6 +608,7 @@ class Bench:
                 levels.append(figs)
         finally:
             await stats_client.close()
+            shutil.rmtree(folder, ignore_errors=True)
         generator = "perf_analyzer" if use_perf else "kyc.bench asyncio gRPC clients"
         result = {"description": scenario.description, "kind": "served", "unit": scenario.unit,
                   "models": models, "steps": steps, "load_generator": generator, **extra,
@@ -636,24 +639,20 @@ class Bench:
         return tallies
 
     async def _perf_level(self, scenario: Served, concurrency: int, stats: StatsReader,
-                          name: str) -> tuple[Level, dict[str, Any]]:
-        """One level measured by perf_analyzer, the statistics read around its run."""
+                          data: Path) -> tuple[Level, dict[str, Any]]:
+        """One level measured by perf_analyzer from the ``--input-data`` file ``data``,
+        the statistics read around its run."""
         from kyc.bench import perf_analyzer
 
-        folder = Path(tempfile.mkdtemp(prefix="kyc-perf-"))
-        try:
-            data = perf_analyzer.write_input_data(folder / "input.json",
-                                                  scenario.perf_inputs or [])
-            level = Level(Measurement(concurrency=concurrency))
-            level.stats_before = await stats()
-            measured = await asyncio.to_thread(
-                perf_analyzer.measure, scenario.entry, self.grpc_url, concurrency, data,
-                folder / f"{name}.csv", self.options.window.min_requests)
-            level.stats_after = await stats()
-            figs = measured.figures()
-            figs["perf_analyzer_csv"] = (folder / f"{name}.csv").read_text()
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
+        csv_file = data.with_name(f"c{concurrency}.csv")
+        level = Level(Measurement(concurrency=concurrency))
+        level.stats_before = await stats()
+        measured = await asyncio.to_thread(
+            perf_analyzer.measure, scenario.entry, self.grpc_url, concurrency, data, csv_file,
+            self.options.window.min_requests)
+        level.stats_after = await stats()
+        figs = measured.figures()
+        figs["perf_analyzer_csv"] = csv_file.read_text()
         entry_before = level.stats_before.get(scenario.entry, {}).get("requests", 0)
         figs["requests"] = level.stats_after.get(scenario.entry, {}).get("requests",
                                                                          0) - entry_before

@@ -99,12 +99,21 @@ def error_response(model: str, error: Exception) -> Any:
     code = (pb.TritonError.INVALID_ARG if isinstance(error, RequestError) else
             pb.TritonError.UNAVAILABLE if isinstance(error, UnavailableError) else
             pb.TritonError.INTERNAL)
-    if not isinstance(error, (RequestError, UnavailableError)):
-        log.error("%s: a request failed: %s%s", model,
-                  type(error).__name__,
-                  where_raised(error))
     return pb.InferenceResponse(output_tensors=[],
                                 error=pb.TritonError(public_message(model, error), code))
+
+
+def log_failures(model: str, errors: Sequence[Exception]) -> None:
+    """One line per distinct failure that is not the client's (a batch-wide failure
+    answers every request with the same exception): its type and where it was raised."""
+    counts: dict[int, list] = {}
+    for error in errors:
+        if not isinstance(error, (RequestError, UnavailableError)):
+            counts.setdefault(id(error), [error, 0])[1] += 1
+    for error, count in counts.values():
+        more = f", and {count - 1} more request(s) of this batch with it" if count > 1 else ""
+        log.error("%s: a request failed: %s%s%s", model, type(error).__name__,
+                  where_raised(error), more)
 
 
 def tensor_response(outputs: Mapping[str, np.ndarray]) -> Any:
@@ -167,19 +176,20 @@ class StepModel:
             answers: list[Answer] = self.step.run(batch)
         except Exception as exc:  # never raise out of execute: answer every request
             answers = [exc] * len(requests)
-        responses = [self._respond(a) for a in answers]
+        responses, errors = [], []
+        for answer in answers:
+            if not isinstance(answer, Exception):
+                try:
+                    responses.append(tensor_response(answer))
+                    continue
+                except Exception as exc:  # this request only
+                    answer = exc
+            errors.append(answer)
+            responses.append(error_response(self.model, answer))
+        log_failures(self.model, errors)
         log.info("%s: %d requests, %d answered with an error, in %.1f ms", self.model,
-                 len(requests), sum(isinstance(a, Exception) for a in answers),
-                 (time.perf_counter() - started) * 1e3)
+                 len(requests), len(errors), (time.perf_counter() - started) * 1e3)
         return responses
-
-    def _respond(self, answer: Answer) -> Any:
-        if isinstance(answer, Exception):
-            return error_response(self.model, answer)
-        try:
-            return tensor_response(answer)
-        except Exception as exc:  # this request only
-            return error_response(self.model, exc)
 
     def finalize(self) -> None:
         close = getattr(self.step, "close", None)

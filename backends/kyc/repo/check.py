@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kyc.pipeline.modelconfig import version_dirs
 from kyc.repo.config import ConfigError, ModelConfig, load_config, model_kind, type_name
 
 CONFIG = "config.pbtxt"
@@ -47,12 +48,6 @@ class CheckedModel:
 
 def is_version_name(name: str) -> bool:
     return name.isdigit()
-
-
-def version_dirs(model_dir: Path) -> list[Path]:
-    """Numeric version folders, in version order."""
-    found = [p for p in model_dir.iterdir() if p.is_dir() and is_version_name(p.name)]
-    return sorted(found, key=lambda p: int(p.name))
 
 
 def served_numbers(config: ModelConfig, versions: Iterable[int]) -> list[int]:

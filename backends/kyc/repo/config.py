@@ -5,34 +5,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2
+# One parser for serving and tooling: kyc.pipeline.modelconfig's.
+from kyc.pipeline.modelconfig import (
+    ConfigError,
+    Repository,
+    load_config,
+    model_config_pb2,
+    parse_config,
+)
 
-ModelConfig = model_config_pb2.ModelConfig
-DataType = model_config_pb2.DataType
+ModelConfig = model_config_pb2().ModelConfig
+DataType = model_config_pb2().DataType
 
-
-class ConfigError(ValueError):
-    """A config file that Triton could not parse."""
-
-
-def parse_config(text: str) -> ModelConfig:
-    """Parse protobuf text format into a ``ModelConfig`` (raises :class:`ConfigError`)."""
-    try:
-        return text_format.Parse(text, ModelConfig())
-    except text_format.ParseError as exc:
-        raise ConfigError(str(exc)) from None
-
-
-def load_config(path: Path) -> ModelConfig:
-    return parse_config(path.read_text(encoding="utf-8"))
+__all__ = ["ConfigError", "DataType", "ModelConfig", "ModelKind", "load_config", "model_kind",
+           "model_parameters", "parse_config", "type_name"]
 
 
 def model_parameters(repository: Path, model: str) -> dict[str, str]:
     """A model's string ``parameters``, from its config in ``repository`` (how one
     model reads another's settings: one source of truth)."""
-    config = load_config(repository / model / "config.pbtxt")
-    return {k: v.string_value for k, v in config.parameters.items()}
+    return Repository(repository).parameters(model)
 
 
 def type_name(data_type: int) -> str:

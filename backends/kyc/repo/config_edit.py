@@ -50,7 +50,7 @@ from __future__ import annotations
 import io
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from functools import cache, lru_cache
+from functools import cache
 from typing import Any
 
 from google.protobuf import text_encoding, text_format
@@ -234,7 +234,6 @@ class _Scanner:
         return key
 
 
-@lru_cache(maxsize=64)  # live configs are edited again and again; a _Layout is not changed
 def _layout(text: str) -> _Layout:
     try:
         return _Scanner(text).scan()
@@ -384,10 +383,8 @@ def format_config(config: ModelConfig, like: str = "", explicit: Iterable[str] =
 # -- edits -----------------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=64)
 def _parsed(text: str) -> bytes:
-    """``text`` parsed (:class:`ConfigError` if it does not), serialized: one parse per
-    text, however often it is edited."""
+    """``text`` parsed (:class:`ConfigError` if it does not), serialized."""
     return parse_config(text).SerializeToString(deterministic=True)
 
 
