@@ -211,10 +211,16 @@ def test_serve_starts_on_the_sound_versions_and_says_what_it_refused(repository,
     process = ServeProcess(repository, tmp_path)
     try:
         process.wait_for_line("1 refused at start")
-        status = subprocess.run([*KYC, "repo", "status", "--url",
-                                 f"127.0.0.1:{process.ports['status']}"],
-                                capture_output=True, text=True, timeout=60)
-        assert status.returncode == 0, status.stderr
+        # the refusal is printed before Triton has loaded version 1: wait for it
+        deadline = time.monotonic() + 60
+        while True:
+            status = subprocess.run([*KYC, "repo", "status", "--url",
+                                     f"127.0.0.1:{process.ports['status']}"],
+                                    capture_output=True, text=True, timeout=60)
+            assert status.returncode == 0, status.stderr
+            if "echo: serving 1" in status.stdout or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         assert "echo: serving 1" in status.stdout
         assert "REFUSED  echo version 2" in status.stdout and "no model.py" in status.stdout
         write_echo_version(repository / "echo" / "2", scale=2.0)  # the copy completes
