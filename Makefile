@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 REPOSITORY ?= model_repository
 PYTEST_ARGS ?=
 
-.PHONY: setup deps models serve test lint unit integration check clean lock runtime deps-locked perf-analyzer \
+.PHONY: setup deps models serve test lint unit integration check clean lock runtime deps-locked perf-analyzer model-analyzer \
 	wheelhouse image image-cpu image-base-cpu
 
 ## setup: idempotent; .venv, Debian packages, the project, default model weights
@@ -73,6 +73,15 @@ $(VENV)/.installed-perf-analyzer: $(VENV)/.installed locks/perf-analyzer.lock sc
 	bash scripts/perf-analyzer.sh $(VENV)
 	touch $@
 
+## model-analyzer: NVIDIA's Model Analyzer 1.58.0 in its own venv, as .venv/bin/model-analyzer,
+## for `kyc tune` (scripts/model-analyzer.sh; make test installs it)
+model-analyzer: $(VENV)/.installed-model-analyzer
+
+$(VENV)/.installed-model-analyzer: $(VENV)/.installed-perf-analyzer scripts/model-analyzer.sh \
+	locks/model-analyzer-py$(PYVER).lock
+	bash scripts/model-analyzer.sh $(VENV)
+	touch $@
+
 # deploy/ checks (make test only): Prometheus from Debian; kubectl (kustomize), which is
 # no Debian package: the machine image of CI and the developers has it; and the KServe
 # SDK wheel, downloaded and never installed (tests/kserve_schema.py reads its API types).
@@ -121,7 +130,7 @@ lint: deps
 ## test: lint, unit tests, integration tests against a real server and the real image
 ## (kyc-triton:cpu in a Docker engine that make image-cpu starts and this stops)
 test: setup lint $(VENV)/.installed-arcface $(VENV)/.installed-peers $(VENV)/.installed-deploy \
-	$(VENV)/.installed-perf-analyzer image-cpu
+	$(VENV)/.installed-perf-analyzer $(VENV)/.installed-model-analyzer image-cpu
 	KYC_IMAGE_TESTS=required $(BIN)/python -m pytest $(PYTEST_ARGS) \
 		|| { status=$$?; bash scripts/docker-engine.sh stop; exit $$status; }
 	bash scripts/docker-engine.sh stop
@@ -164,7 +173,7 @@ unit: deps $(VENV)/.installed-arcface $(VENV)/.installed-deploy
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
 
 integration: setup $(VENV)/.installed-arcface $(VENV)/.installed-peers $(VENV)/.installed-deploy \
-	$(VENV)/.installed-perf-analyzer
+	$(VENV)/.installed-perf-analyzer $(VENV)/.installed-model-analyzer
 	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
 
 clean:

@@ -10,6 +10,9 @@
 #   locks/perf-analyzer.lock  NVIDIA's perf_analyzer of the server's release (inside the
 #                             tritonclient 2.51.0 wheel) and libcudart.so.12, which it loads:
 #                             downloaded, not installed (scripts/perf-analyzer.sh)
+#   locks/model-analyzer-py3.X.lock  NVIDIA's Model Analyzer (`kyc tune`), in its own venv
+#                             (VENV/lib/model-analyzer, scripts/model-analyzer.sh): it wants
+#                             numpy 2 and a newer tritonclient, which the stubs must not see
 #   locks/build.lock          setuptools and wheel, the project's build backend: installed with
 #                             hashes first, so the project builds without build isolation
 #   locks/peers.lock          the OCR peer of `kyc bench` (`make test`), with --no-deps: it
@@ -46,6 +49,10 @@ no_deps locks/kserve.lock kserve
 # Not under constraints.txt: the project's own tritonclient is newer; this one is a tool.
 printf '%s\n' tritonclient==2.51.0 'nvidia-cuda-runtime-cu12<13' \
   | { header; "${uv[@]}" --python-version 3.10 --no-deps -; } > locks/perf-analyzer.lock
+for py in "${PYTHONS[@]}"; do
+  printf '%s\n' triton-model-analyzer==1.58.0 \
+    | { header; "${uv[@]}" --python-version "$py" -; } > "locks/model-analyzer-py$py.lock"
+done
 no_deps locks/build.lock setuptools wheel
 # uv names the temporary constraints file it was given: name the real one, so that a
 # run that changes nothing leaves the locks as they were.

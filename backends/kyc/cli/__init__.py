@@ -106,6 +106,7 @@ def command_entry_points() -> list[EntryPoint]:
 
 # -- parser -------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
+    from kyc.cli.tune import add_tune_parser
     from kyc.cli.verify import add_parsers as add_verify_parsers
     from kyc.ops.cli import add_parsers as add_deploy_parsers
 
@@ -117,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_repo_parser(sub)
     add_command_plugins(sub)
     add_bench_parser(sub)
+    add_tune_parser(sub)
     add_verify_parsers(sub)
     add_deploy_parsers(sub)
     add_health_parser(sub)
