@@ -14,8 +14,9 @@ not on the pixels.
 What this module adds to Model Analyzer: the search written from the shipped config
 (its current values always among the candidates), the result read back from Model
 Analyzer's CSV (the shipped config is measured twice: as it is, ``*_config_default``, and
-as a point of the search, which shows the run-to-run spread), the choice (the highest throughput within the latency budget, fewer
-instances and a shorter delay on a tie within 3%), and, with ``apply``, the choice
+as a point of the search, which shows the run-to-run spread), the choice (the highest
+throughput within the latency budget, fewer instances and a shorter delay on a tie
+within 3%), and, with ``apply``, the choice
 written into the shipped config by :mod:`kyc.repo.config_edit` (comments kept). The
 reports and plots Model Analyzer writes are kept as they are.
 """
