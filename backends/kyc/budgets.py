@@ -60,6 +60,7 @@ STEP_OF: Mapping[str, str] = {
     "ocr_preprocess": "ocr",
     "ocr_det": "ocr",
     "ocr_postprocess": "ocr",
+    "ocr_fields": "ocr",
     "ocr_rec": "ocr",
     "antifraud": "antifraud",
     "kyc_decision": "antifraud",

@@ -191,7 +191,7 @@ def test_an_ensemble_is_timed_by_its_steps_and_a_model_by_itself():
         "ocr_preprocess", "ocr_det", "ocr_postprocess"]
     assert pipeline_steps(SHIPPED_REPOSITORY, "kyc_ensemble") == [
         "kyc_intake", "face_preprocess", "face_embedding", "ocr_preprocess", "ocr_det",
-        "ocr_postprocess", "kyc_decision"]
+        "ocr_fields", "kyc_decision"]
     assert pipeline_steps(SHIPPED_REPOSITORY, "face_embedding") == ["face_embedding"]
 
 

@@ -138,7 +138,7 @@ def test_a_failure_while_reporting_one_document_answers_only_that_request(pb, se
     assert second.error() is None
 
 
-def reader_counting_rows(sessions):
+def reader_counting_rows(sessions, **settings):
     """A DocumentReader over the real recogniser that records each call's [N, W]."""
     from kyc.document.ocr import DocumentReader, OcrSettings
 
@@ -148,7 +148,7 @@ def reader_counting_rows(sessions):
         calls.append(batch.shape[:3:2])
         return sessions[1].run(["PROBS"], {"IMAGES": batch})[0]
 
-    return DocumentReader(OcrSettings(), rec_alphabet(Repository(SHIPPED_REPOSITORY), "ocr_rec"),
+    return DocumentReader(OcrSettings(**settings), rec_alphabet(Repository(SHIPPED_REPOSITORY), "ocr_rec"),
                           recognise), calls
 
 
@@ -191,3 +191,73 @@ def test_a_long_line_that_is_not_an_mrz_line_is_read_again_at_its_natural_width(
     assert lines[0].text.replace(" ", "") == text.replace(" ", "")
     squeezed, natural = (width for _, width in calls)
     assert squeezed < 0.7 * natural
+
+
+def visual_text(lines):
+    return [line.text for line in lines if not line.mrz]
+
+
+@pytest.mark.parametrize("seed,kind", [(6, "td3"), (7, "td1"), (8, "td3"), (9, "td1")])
+def test_reading_for_the_decision_gives_the_full_readings_document_and_verdict(
+        sessions, seed, kind):
+    from kyc.decision.policy import visual_zone_consistent
+    from kyc.document.ocr import document_report
+
+    doc = rendered(seed, kind)
+    pages = [page(doc.image, sessions)]
+    full_reader, full_calls = reader_counting_rows(sessions)
+    reader, calls = reader_counting_rows(sessions, lines="decision")
+    (full,) = full_reader.read(pages)
+    (needed,) = reader.read(pages)
+    assert document_report(needed) == document_report(full)
+    assert document_report(needed)["fields"] == doc.fields
+    assert (visual_zone_consistent(document_report(needed), visual_text(needed))
+            is visual_zone_consistent(document_report(full), visual_text(full)) is True)
+    # fewer lines read, each line read being one of the full reading's
+    assert sum(n for n, _ in calls) < sum(n for n, _ in full_calls)
+    assert {(line.text, line.mrz) for line in needed} <= {(line.text, line.mrz) for line in full}
+
+
+def test_a_page_whose_visual_zone_does_not_show_the_mrz_is_read_to_its_last_line(
+        sessions, monkeypatch):
+    from kyc.decision.policy import visual_zone_consistent
+    from kyc.document.ocr import document_report
+
+    doc = rendered(6, "td3")
+    image = np.array(doc.image)
+    pages = [page(image, sessions)]
+    full_reader, _ = reader_counting_rows(sessions)
+    (full,) = full_reader.read(pages)
+    report = document_report(full)
+    surname = report["fields"]["surname"]
+    # the same page, but the MRZ says another surname: nothing in the visual zone shows it
+    other = {**report, "fields": {**report["fields"], "surname": surname + "X"}}
+    assert visual_zone_consistent(other, visual_text(full)) is False
+    reader, calls = reader_counting_rows(sessions, lines="decision", visual_round=3)
+    from kyc.document import ocr
+
+    real = ocr.parse_mrz
+    monkeypatch.setattr(ocr, "parse_mrz", lambda lines: {**real(lines), "fields": other["fields"]})
+    (needed,) = reader.read(pages)
+    assert sorted(visual_text(needed)) == sorted(visual_text(full))
+    assert len(calls) > 3  # the MRZ, then round after round of three lines
+
+
+def test_a_page_without_an_mrz_reads_no_visual_line(sessions):
+    from PIL import Image, ImageDraw
+
+    from kyc.document.synthetic import DEJAVU, _font
+
+    image = Image.new("RGB", (800, 300), "white")
+    ImageDraw.Draw(image).text((20, 80), "KOWALSKI 503507574", font=_font(DEJAVU, 28),
+                               fill="black")
+    reader, calls = reader_counting_rows(sessions, lines="decision")
+    (lines,) = reader.read([page(np.asarray(image), sessions)])
+    assert lines == [] and calls == []
+
+
+def test_line_modes_are_checked():
+    from kyc.document.ocr import OcrSettings
+
+    with pytest.raises(ValueError, match="lines must be one of all, decision"):
+        OcrSettings(lines="some")

@@ -139,4 +139,4 @@ def test_in_kyc_ensemble_only_the_intake_reads_the_client_images():
         assert not set(step.input_map.values()) & set(IMAGE_INPUTS), step.model_name
     readers = {s.model_name for s in steps[1:]
                if {"checked_document_image", "checked_selfie_image"} & set(s.input_map.values())}
-    assert readers == {"face_preprocess", "document_ocr"}
+    assert readers == {"face_preprocess", "ocr_preprocess"}

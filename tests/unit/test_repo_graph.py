@@ -185,6 +185,10 @@ def test_bls_and_settings_edges_follow_the_model_parameters(graph):
         ("face_preprocess", p("face_preprocess")["limits_model"], SETTINGS, "limits_model"),
         ("ocr_preprocess", p("ocr_preprocess")["limits_model"], SETTINGS, "limits_model"),
         ("ocr_postprocess", p("ocr_postprocess")["rec_model"], BLS, "rec_model"),
+        # the same step, its settings those of the model it names, the recogniser too
+        ("ocr_fields", p("ocr_fields")["settings_model"], SETTINGS, "settings_model"),
+        ("ocr_fields", p(p("ocr_fields")["settings_model"])["rec_model"], BLS,
+         "settings_model.rec_model"),
         ("kyc_decision", p("kyc_decision")["antifraud_model"], BLS, "antifraud_model"),
         # its embeddings come from the ensemble: it only reads the match threshold
         ("kyc_decision", p("kyc_decision")["embedding_model"], SETTINGS, "embedding_model"),

@@ -23,13 +23,13 @@ review reason holds, else ``approve``.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
 from kyc.decision.features import age_years
+from kyc.document.visual import shows_mrz_fields
 
 REJECT = ("face_mismatch", "liveness_failed", "liveness_token_invalid", "selfie_not_live_person",
           "mrz_check_failed", "document_expired", "underage", "high_fraud_score")
@@ -76,21 +76,11 @@ class Findings:
     fraud_score: float
 
 
-def _squash(text: str) -> str:
-    """Upper case, letters and digits only, O read as 0 and I as 1 (OCR confusions)."""
-    return re.sub(r"[^A-Z0-9]", "", text.upper()).replace("O", "0").replace("I", "1")
-
-
 def visual_zone_consistent(document: Mapping[str, Any], visual_lines: Sequence[str]
                            ) -> bool | None:
     """Whether the visual zone shows the MRZ's surname and document number; None when
     there is nothing to compare (no MRZ fields, or no visual text)."""
-    fields = document.get("fields") or {}
-    wanted = [v for v in (fields.get("surname"), fields.get("document_number")) if v]
-    text = _squash(" ".join(visual_lines))
-    if not wanted or not text:
-        return None
-    return all(_squash(v) in text for v in wanted)
+    return shows_mrz_fields(document, visual_lines)
 
 
 def decide(findings: Findings, settings: DecisionSettings, match_threshold: float,

@@ -4,7 +4,8 @@
 the detector batches well) and SCALE (canvas pixels per input pixel, x and y).
 ``ocr_postprocess``: CANVAS + PROB_MAP (from ``ocr_det``) + SCALE -> TEXT_LINES and
 DOCUMENT; the crops of all requests go to ``ocr_rec`` in as few calls as their
-widths allow. Bad input answers its own request; a failing ``ocr_rec`` the batch.
+widths allow. ``ocr_fields`` (kyc_ensemble) is the same step reading only what
+``kyc_decision`` uses (``lines: "decision"``, kyc.document.ocr). Bad input answers its own request; a failing ``ocr_rec`` the batch.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -114,6 +115,10 @@ class OcrPostprocessStep:
     @classmethod
     def from_context(cls, context: StepContext) -> OcrPostprocessStep:
         settings = context.settings(OcrSettings)
+        if settings.settings_model:  # its parameters, over those of the model it names
+            base = context.model_settings(OcrSettings, settings.settings_model)
+            settings = replace(base, **{k: getattr(settings, k) for k in context.parameters
+                                        if k in OcrSettings.__dataclass_fields__})
         recogniser = context.callee(settings.rec_model, ["PROBS"])
         alphabet = rec_alphabet(context.repository, settings.rec_model)
         return cls(DocumentReader(settings, alphabet,

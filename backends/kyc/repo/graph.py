@@ -82,14 +82,17 @@ class Use:
 
 
 FACE_STEP = "kyc.face.step:FacePreprocessStep"
+OCR_POST_STEP = "kyc.document.step:OcrPostprocessStep"
 # Per step class (what a model's glue file serves: ``triton_model("kyc.X.step:Y")``),
 # how it uses each of its ``*_model`` parameters; read from backends/kyc/*/step.py,
 # and held to what the steps do by tests/unit/test_repo_graph.py.
 USES: dict[str, dict[str, Use]] = {
     FACE_STEP: {"detector_model": Use(BLS), "limits_model": Use(SETTINGS)},
     "kyc.document.step:OcrPreprocessStep": {"limits_model": Use(SETTINGS)},
-    # rec_model: also the alphabet file of its newest version
-    "kyc.document.step:OcrPostprocessStep": {"rec_model": Use(BLS)},
+    # rec_model: also the alphabet file of its newest version; settings_model: the model
+    # whose parameters are its defaults (ocr_fields reads ocr_postprocess's)
+    OCR_POST_STEP: {"rec_model": Use(BLS),
+                    "settings_model": Use(SETTINGS, acts_as=OCR_POST_STEP)},
     "kyc.decision.step:DecisionStep": {
         "antifraud_model": Use(BLS),
         "embedding_model": Use(SETTINGS),  # match_threshold; the embeddings are inputs
