@@ -148,8 +148,8 @@ def reader_counting_rows(sessions, **settings):
         calls.append(batch.shape[:3:2])
         return sessions[1].run(["PROBS"], {"IMAGES": batch})[0]
 
-    return DocumentReader(OcrSettings(**settings), rec_alphabet(Repository(SHIPPED_REPOSITORY), "ocr_rec"),
-                          recognise), calls
+    alphabet = rec_alphabet(Repository(SHIPPED_REPOSITORY), "ocr_rec")
+    return DocumentReader(OcrSettings(**settings), alphabet, recognise), calls
 
 
 def page(image, sessions):

@@ -5,7 +5,8 @@ the detector batches well) and SCALE (canvas pixels per input pixel, x and y).
 ``ocr_postprocess``: CANVAS + PROB_MAP (from ``ocr_det``) + SCALE -> TEXT_LINES and
 DOCUMENT; the crops of all requests go to ``ocr_rec`` in as few calls as their
 widths allow. ``ocr_fields`` (kyc_ensemble) is the same step reading only what
-``kyc_decision`` uses (``lines: "decision"``, kyc.document.ocr). Bad input answers its own request; a failing ``ocr_rec`` the batch.
+``kyc_decision`` uses (``lines: "decision"``, kyc.document.ocr). Bad input answers its
+own request; a failing ``ocr_rec`` the batch.
 """
 
 from __future__ import annotations
