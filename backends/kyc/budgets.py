@@ -158,7 +158,7 @@ def queue_against_budget(model_stats: Mapping[str, Mapping[str, float]]) -> dict
     out = {}
     for model, stats in model_stats.items():
         cap = queue_cap_us(model)
-        if cap is not None and "queue_us" in stats:
+        if cap is not None and stats.get("queue_us") is not None:  # None: no request
             out[model] = {"queue_ms": round(stats["queue_us"] / 1000.0, 1),
                           "cap_ms": round(cap / 1000.0, 1),
                           "within": bool(stats["queue_us"] <= cap)}

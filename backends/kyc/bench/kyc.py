@@ -33,8 +33,7 @@ from kyc.pipeline.local import LocalRepository
 from kyc.pipeline.step import Request
 
 KYC_MODELS = ("kyc_ensemble", "kyc_intake", "face_preprocess", "face_detector", "face_embedding",
-              "document_ocr", "ocr_preprocess", "ocr_det", "ocr_postprocess", "ocr_rec",
-              "kyc_decision", "antifraud")
+              "ocr_preprocess", "ocr_det", "ocr_fields", "ocr_rec", "kyc_decision", "antifraud")
 PAIRS = (("person_a_1", "person_a_2"), ("person_b_1", "person_b_2"))
 KYC_DESCRIPTION = ("one customer = kyc_ensemble on a rendered passport page with a real "
                    "portrait and a selfie of the same person, no liveness token")
