@@ -31,7 +31,7 @@ def test_model_analyzer_searches_face_embedding_and_its_choice_is_applied(tmp_pa
     done = subprocess.run(
         [sys.executable, "-m", "kyc.cli", "tune", "face_embedding", "--model-repository",
          str(repository), "--out", str(out), "--instances", "1", "--delays-us", "0",
-         "--concurrency", "1", "--apply", "--timeout", "600"],
+         "--concurrency", "1", "--requests-per-window", "8", "--apply", "--timeout", "600"],
         capture_output=True, text=True, timeout=700, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "face_embedding: 1 instance(s)" in done.stdout

@@ -46,9 +46,11 @@ def test_the_search_always_contains_the_shipped_values(tmp_path):
     assert det["model_config_parameters"]["dynamic_batching"] == {
         "max_queue_delay_microseconds": sorted({0, shipped["delay_us"]})}
     assert det["model_config_parameters"]["max_batch_size"] == [shipped["max_batch_size"]]
-    assert det["perf_analyzer_flags"] == {"shape": ["IMAGES:960,960,3"]}
+    assert det["perf_analyzer_flags"] == {
+        "measurement-mode": "count_windows", "measurement-request-count": 16, "max-trials": 3,
+        "stability-percentage": 1000, "shape": ["IMAGES:960,960,3"]}
     assert det["parameters"] == {"concurrency": [1, 4]}
-    assert "perf_analyzer_flags" not in config["profile_models"]["face_embedding"]
+    assert "shape" not in config["profile_models"]["face_embedding"]["perf_analyzer_flags"]
     assert config["triton_launch_mode"] == "local"
     assert config["run_config_search_disable"] is True
     assert config["triton_grpc_endpoint"] == "127.0.0.1:2"

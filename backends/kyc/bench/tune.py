@@ -64,6 +64,10 @@ class Search:
     delays_us: tuple[int, ...] = (0, 2000, 10000)
     concurrency: tuple[int, ...] = (1, 4, 8)
     latency_budget_ms: float | None = None  # on perf_analyzer's p99
+    # perf_analyzer's windows, as kyc bench counts them: 3 windows of this many answers
+    # each, reported together. Its default (time windows until 3 agree within 10%, up
+    # to 10 trials) took over 2 minutes per level for ocr_det on this shared 2-core VM.
+    requests_per_window: int = 16
 
 
 @dataclass(frozen=True)
@@ -151,9 +155,13 @@ def analyzer_config(repository: Path, models: Sequence[str], search: Search, wor
             },
             "parameters": {"concurrency": list(search.concurrency)},
         }
+        flags: dict = {"measurement-mode": "count_windows",
+                       "measurement-request-count": search.requests_per_window,
+                       "max-trials": 3, "stability-percentage": 1000}
         shapes = warmup_shapes(repository, model)
         if shapes:
-            entry["perf_analyzer_flags"] = {"shape": shapes}
+            flags["shape"] = shapes
+        entry["perf_analyzer_flags"] = flags
         profile[model] = entry
     config = {
         "model_repository": str(repository),

@@ -28,6 +28,8 @@ def add_tune_parser(sub: argparse._SubParsersAction) -> None:
     tune.add_argument("--delays-us", type=_delays, default=(0, 2000, 10000),
                       help="dynamic batching max_queue_delay_microseconds values to try")
     tune.add_argument("--concurrency", type=_levels, default=(1, 4, 8))
+    tune.add_argument("--requests-per-window", type=int, default=16,
+                      help="perf_analyzer's count windows: 3 of this many answers per level")
     tune.add_argument("--latency-budget-ms", type=float, default=None,
                       help="only levels whose p99 is within this count for the choice")
     tune.add_argument("--apply", action="store_true",
@@ -55,7 +57,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     search = Search(instances=args.instances, max_batch_sizes=args.max_batch_sizes,
                     delays_us=args.delays_us, concurrency=args.concurrency,
-                    latency_budget_ms=args.latency_budget_ms)
+                    latency_budget_ms=args.latency_budget_ms,
+                    requests_per_window=args.requests_per_window)
     try:
         results = run(args.model_repository, args.models, search, args.out,
                       apply_choice=args.apply, timeout_s=args.timeout,
