@@ -79,4 +79,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
               f"{shipped['instances']}, {shipped['max_batch_size']}, {shipped['delay_us']} us"
               + ("; written into its config" if args.apply else ""))
     print(f"reports: {args.out}")
+    print("each model was measured alone: check the pipeline before shipping a choice, "
+          "side by side (kyc bench --compare OLD:PORT --compare NEW:PORT)")
     return 0
