@@ -235,7 +235,9 @@ def test_the_report_has_the_contract_keys_and_every_goal_judged():
     assert report["dynamic_batching_speedup"] == 1.5
     goals = report["goals"]
     assert goals["kyc_ensemble_p95_ms_at_1"] == {**goals["kyc_ensemble_p95_ms_at_1"],
-                                                 "value": 900, "met": True}
+                                                 "value": 900, "target": 500.0, "met": False}
+    assert goals["kyc_ensemble_best_per_s"]["target"] == 2.0
+    assert goals["served_vs_inprocess_throughput"]["target"] == 0.95
     assert goals["liveness_p95_ms_at_8"]["met"] is False
     assert goals["document_latency_vs_peer"]["met"] is None  # the peer was skipped
     assert goals["server_memory_resident_mib"]["met"] is True

@@ -840,7 +840,8 @@ COMPARED = (
 QUALITY_KEYS = ("mrz_exact_rate", "fields_exact_rate", "field_accuracy", "valid_rate")
 GOALS = {
     # name: (target, "min" (value >= target) or "max" (value <= target), what)
-    "served_vs_inprocess_throughput": (0.8, "min", "best kyc_ensemble throughput / best "
+    # The targets are issue 24's raised goals (docs/performance.md says where they stand).
+    "served_vs_inprocess_throughput": (0.95, "min", "best kyc_ensemble throughput / best "
                                                    "kyc_in_process throughput"),
     # dynamic_batching_speedup (on / off) stays a top-level figure; its old goal (>= 1.5)
     # is retired: onnxruntime's own batching ceiling on these cores is about 1.0-1.4x.
@@ -849,9 +850,11 @@ GOALS = {
                                               "batching at concurrency 16 (on / off) over "
                                               "onnxruntime's in-process ceiling (batch 16 "
                                               "vs 1), same run"),
-    "kyc_ensemble_p95_ms_at_1": (1000.0, "max", "kyc_ensemble p95 latency, one client"),
+    "kyc_ensemble_p95_ms_at_1": (500.0, "max", "kyc_ensemble p95 latency, one client"),
+    "kyc_ensemble_best_per_s": (2.0, "min", "kyc_ensemble's best throughput over the "
+                                            "concurrency levels, customers per second"),
     "liveness_p95_ms_at_8": (150.0, "max", "liveness per-frame p95 latency, 8 sessions"),
-    "document_latency_vs_peer": (1.2, "max", "document_ocr p50 latency / the peer's, one "
+    "document_latency_vs_peer": (0.5, "max", "document_ocr p50 latency / the peer's, one "
                                              "document at a time"),
     "document_mrz_exact_minus_peer": (0.0, "min", "our MRZ exact-match rate minus the peer's"),
     "server_memory_resident_mib": (2048.0, "max", "resident memory of tritonserver and its "
@@ -915,6 +918,7 @@ def headline(scenarios: Mapping[str, Mapping[str, Any]], memory: Mapping[str, An
         "cpu_seconds_per_customer": (at_level(scenarios, "kyc_ensemble", 1) or {}).get(
             "server_cpu_s_per_request"),
         "kyc_ensemble_p95_ms_at_1": _latency(at_level(scenarios, "kyc_ensemble", 1), "p95"),
+        "kyc_ensemble_best_per_s": best_rate(scenarios, "kyc_ensemble"),
         "liveness_p95_ms_at_8": _latency(at_level(scenarios, "liveness_sequence",
                                                   LIVENESS_GOAL_SESSIONS), "p95"),
         "document_latency_vs_peer": ratio(_latency(ours, "p50"), _latency(peer, "p50")),
