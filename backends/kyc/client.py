@@ -34,8 +34,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from kyc.liveness.client import CAMERA_FPS, FramePacer, LivenessReply, frame_input, run_session
 from kyc.liveness.client import MODEL as LIVENESS_MODEL
-from kyc.liveness.client import LivenessReply, frame_input, run_session
 
 ENTRY_MODEL = "kyc_ensemble"
 DEFAULT_TIMEOUT_S = 60.0
@@ -252,13 +252,14 @@ class KycClient:
 
     def liveness_session(self, film: Callable[[dict], Sequence[bytes]],
                          sequence_id: int | str | None = None,
-                         on_reply: Callable[[int, int, LivenessReply], None] | None = None
-                         ) -> LivenessSession:
-        """START, ``film(challenge)`` -> frames, stream them, END with the last.
-        ``on_reply(k, n, reply)`` sees every frame's reply as it comes (progress).
-        Never retried (the session's state lives on the server): on an error, start
-        a new session from START."""
-        replies = [_checked(r) for r in run_session(self.url, film, sequence_id, on_reply)]
+                         on_reply: Callable[[int, int, LivenessReply], None] | None = None,
+                         fps: float | None = CAMERA_FPS) -> LivenessSession:
+        """START, ``film(challenge)`` -> frames, stream them at a camera's pace (at
+        most ``fps`` a second), END with the last. ``on_reply(k, n, reply)`` sees every
+        frame's reply as it comes (progress). Never retried (the session's state lives
+        on the server): on an error, start a new session from START."""
+        replies = [_checked(r) for r in run_session(self.url, film, sequence_id, on_reply,
+                                                    fps)]
         if len(replies) == 1:
             raise KycInputError("no frames to send")
         return LivenessSession(replies[0].status["challenge"], replies)
@@ -305,7 +306,8 @@ class AsyncKycClient:
         return Verification.from_result(await acall_with_retries(once, self.retry))
 
     async def liveness_session(self, film: Callable[[dict], Sequence[bytes]],
-                               sequence_id: int | str | None = None) -> LivenessSession:
+                               sequence_id: int | str | None = None,
+                               fps: float | None = CAMERA_FPS) -> LivenessSession:
         """As :meth:`KycClient.liveness_session`: never retried."""
         sid = sequence_id if sequence_id is not None else uuid.uuid4().hex
         start = await self._one(sid, b"", start=True)
@@ -314,7 +316,11 @@ class AsyncKycClient:
             raise KycInputError("no frames to send")
 
         async def requests() -> AsyncIterator[dict]:
+            pacer = FramePacer(fps)
             for k, frame in enumerate(frames):
+                delay = pacer.delay_s(k)
+                if delay > 0:
+                    await asyncio.sleep(delay)
                 yield {"model_name": LIVENESS_MODEL, "inputs": [frame_input(frame)],
                        "model_version": start.model_version,  # the session's version
                        "sequence_id": sid, "sequence_start": False,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import secrets
-import uuid
 
 import pytest
 import tritonclient.grpc as grpcclient
@@ -17,7 +16,7 @@ from test_kyc_ensemble import verify as kyc_verify
 
 from kyc.assets.fetch import fetch_test_photos
 from kyc.cli import main
-from kyc.liveness.client import LivenessReply, LivenessStream
+from kyc.liveness.client import LivenessReply, run_session
 from kyc.liveness.token import ENV_KEY, ENV_KEY_FILE, key_id, load_key
 from kyc_testing import SHIPPED_REPOSITORY, copy_tree, start_server
 
@@ -25,14 +24,7 @@ pytestmark = pytest.mark.integration
 
 
 def live_token(grpc_url: str) -> bytes:
-    sid = uuid.uuid4().hex
-    with LivenessStream(grpc_url) as stream:
-        stream.send(sid, b"", start=True)
-        started = stream.receive()
-        frames = session_frames(grpc_url, started.status["challenge"])
-        for k, frame in enumerate(frames):
-            stream.send(sid, frame, end=k == len(frames) - 1)
-        end = [stream.receive() for _ in frames][-1]
+    end = run_session(grpc_url, lambda challenge: session_frames(grpc_url, challenge))[-1]
     assert isinstance(end, LivenessReply) and end.is_live, end
     return end.token
 

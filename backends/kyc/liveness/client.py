@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import queue
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,35 @@ import numpy as np
 
 MODEL = "liveness_sequence"
 TIMEOUT_S = 60.0
+# Recorded or rendered frames are sent at a camera's pace, not as fast as the server
+# answers: a session must last the model's min_duration_s (1 s shipped), which a burst
+# of frames from a fast server does not (a film of 21 frames at 15 per second: 1.4 s).
+CAMERA_FPS = 15.0
+
+
+class FramePacer:
+    """Waits so that frame k goes out no earlier than k / ``fps`` after the first one
+    (``fps`` None or 0: no waiting); ``clock`` and ``sleep`` are injectable for tests."""
+
+    def __init__(self, fps: float | None, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Any] = time.sleep) -> None:
+        if fps is not None and fps < 0:
+            raise ValueError(f"fps must be positive, got {fps}")
+        self.interval = 1.0 / fps if fps else 0.0
+        self.clock, self.sleep = clock, sleep
+        self.first: float | None = None
+
+    def delay_s(self, k: int) -> float:
+        """How long to wait before frame ``k`` (0-based); starts the clock at frame 0."""
+        now = self.clock()
+        if self.first is None:
+            self.first = now
+        return max(0.0, self.first + k * self.interval - now)
+
+    def wait(self, k: int) -> None:
+        delay = self.delay_s(k)
+        if delay > 0:
+            self.sleep(delay)
 
 
 @dataclass(frozen=True)
@@ -88,12 +118,13 @@ class LivenessStream:
 
 def run_session(url: str, make_frames: Callable[[dict], Sequence[bytes]],
                 sequence_id: int | str | None = None,
-                on_reply: Callable[[int, int, LivenessReply], None] | None = None
-                ) -> list[LivenessReply | Exception]:
+                on_reply: Callable[[int, int, LivenessReply], None] | None = None,
+                fps: float | None = CAMERA_FPS) -> list[LivenessReply | Exception]:
     """START with no frame; ``make_frames(challenge)`` (what the app asks the person to
-    do and films); every frame, END on the last. One reply per request, START's first
-    (only START's when it failed); ``on_reply(k, n, reply)`` sees each frame's reply
-    as it comes (progress)."""
+    do and films); every frame, at most ``fps`` a second (None: as fast as they go),
+    END on the last. One reply per request, START's first (only START's when it
+    failed); ``on_reply(k, n, reply)`` sees each frame's reply as it comes
+    (progress)."""
     sid = sequence_id if sequence_id is not None else uuid.uuid4().hex
     with LivenessStream(url) as stream:
         stream.send(sid, b"", start=True)
@@ -101,7 +132,9 @@ def run_session(url: str, make_frames: Callable[[dict], Sequence[bytes]],
         if isinstance(started, Exception):
             return [started]
         frames = make_frames(started.status["challenge"])
+        pacer = FramePacer(fps)
         for k, frame in enumerate(frames):
+            pacer.wait(k)
             stream.send(sid, frame, end=k == len(frames) - 1,
                         model_version=started.model_version)
         replies: list[LivenessReply | Exception] = [started]
