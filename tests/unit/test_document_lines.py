@@ -9,6 +9,7 @@ from kyc.document.db import DBSettings, order_points, text_boxes
 from kyc.document.lines import (
     PAD_VALUE,
     REC_HEIGHT,
+    band_line,
     class_mask,
     crop_line,
     ctc_greedy,
@@ -79,16 +80,71 @@ def test_reading_order_is_by_line_then_left_to_right():
     assert reading_order([]) == []
 
 
+# -- MRZ lines found in pieces ------------------------------------------------------------
+WHOLE = box(100, 300, w=700, h=20)  # an MRZ line found whole
+
+
+def test_an_mrz_line_cut_in_pieces_beside_a_whole_one_runs_along_its_span():
+    pieces = [box(102, 262, w=300, h=19), box(600, 263, w=150, h=18)]
+    line = band_line(WHOLE, pieces)
+    np.testing.assert_allclose(line[:, 0], [100, 800, 800, 100], atol=1e-3)
+    np.testing.assert_allclose(line[:, 1], [262, 262, 281, 281], atol=1e-3)  # the pieces' extent
+
+
+def test_the_end_of_an_mrz_line_found_alone_is_read_along_the_whole_span():
+    line = band_line(WHOLE, [box(690, 340, w=112, h=20)])  # only fillers at the end
+    np.testing.assert_allclose(line[:, 0], [100, 800, 800, 100], atol=1e-3)
+
+
+def test_a_turned_page_keeps_the_line_parallel_to_the_whole_one():
+    turn = np.deg2rad(5)
+    rotate = np.array([[np.cos(turn), -np.sin(turn)], [np.sin(turn), np.cos(turn)]])
+    whole = WHOLE @ rotate.T
+    pieces = [box(100, 262, w=300, h=20) @ rotate.T]
+    line = band_line(whole, pieces)
+    np.testing.assert_allclose(line @ rotate, box(100, 262, w=700, h=20), atol=1e-3)
+
+
+@pytest.mark.parametrize("pieces,why", [
+    ([box(330, 262, w=200, h=20)], "starts and ends elsewhere: a visual-zone row"),
+    ([box(100, 200, w=300, h=20)], "too far from the line"),
+    ([box(100, 300, w=300, h=20)], "on the line itself"),
+    ([box(100, 255, w=300, h=40)], "twice the line's height"),
+])
+def test_rows_that_are_not_beside_a_whole_line_are_not_mrz_lines(pieces, why):
+    assert band_line(WHOLE, pieces) is None, why
+
+
 # -- recogniser batching ---------------------------------------------------------------
-def test_crops_of_similar_width_share_a_call_and_padding_is_bounded():
+def test_crops_of_one_padded_width_share_a_call_and_each_is_padded_to_its_own_bucket():
+    # height 24 -> 48: widths double (200, 800, 220, 840, 210)
     crops = [np.full((24, w, 3), 10, np.uint8) for w in (100, 400, 110, 420, 105)]
-    batches = plan_batches(crops, max_batch=64)
-    assert sorted(sorted(b.indices) for b in batches) == [[0, 2, 4], [1, 3]]
+    batches = plan_batches(crops, max_batch=64, width_step=64)
+    assert [sorted(b.indices) for b in batches] == [[0, 2, 4], [1], [3]]
+    assert [b.images.shape[2] for b in batches] == [256, 832, 896]
     for batch in batches:
-        assert batch.images.shape[1] == REC_HEIGHT and batch.images.shape[2] % 8 == 0
-        assert min(batch.widths) >= 0.5 * batch.images.shape[2]
-        row = batch.indices.index(min(batch.indices, key=lambda i: crops[i].shape[1]))
-        assert (batch.images[row, :, batch.widths[row]:] == PAD_VALUE).all()
+        assert batch.images.shape[1] == REC_HEIGHT
+        for row, width in enumerate(batch.widths):
+            assert batch.images.shape[2] - width < 64
+            assert (batch.images[row, :, width:] == PAD_VALUE).all()
+
+
+def test_a_crops_padded_row_is_the_same_whatever_crops_share_its_call():
+    rng = np.random.default_rng(3)
+    crops = [rng.integers(0, 255, (30, w, 3), dtype=np.uint8) for w in (90, 300, 95, 610, 88)]
+
+    def row_of(index, batches):
+        batch = next(b for b in batches if index in b.indices)
+        return batch.images[batch.indices.index(index)]
+
+    together = plan_batches(crops, max_batch=8)
+    for i, crop in enumerate(crops):
+        np.testing.assert_array_equal(row_of(i, together), row_of(0, plan_batches([crop], 8)))
+
+
+def test_the_width_step_keeps_the_recognisers_stride():
+    with pytest.raises(ValueError, match="width_step must be a multiple of 8"):
+        plan_batches([np.zeros((24, 100, 3), np.uint8)], max_batch=8, width_step=60)
 
 
 def test_batches_respect_the_recogniser_batch_size():

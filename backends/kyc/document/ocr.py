@@ -18,11 +18,12 @@ import numpy as np
 from kyc.document.db import DBSettings, text_boxes
 from kyc.document.lines import (
     REC_STRIDE,
+    band_line,
     class_mask,
     crop_line,
     ctc_greedy,
     plan_batches,
-    reading_order,
+    reading_rows,
 )
 from kyc.document.mrz import parse_mrz
 from kyc.document.visual import squash, wanted_values
@@ -31,6 +32,9 @@ log = logging.getLogger(__name__)
 
 Recogniser = Callable[[np.ndarray], np.ndarray]
 MRZ_CHARACTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789<"
+# A mended MRZ line (DocumentReader._mend_mrz) reads within this many characters of
+# the whole line beside it (the MRZ reader fixes lengths within 3, kyc.document.mrz_find).
+MRZ_LENGTH_SLACK = 3
 LINE_MODES = ("all", "decision")
 # Width of one printed capital over the height of its detected box (the text height
 # unclipped by DB): what orders the visual-zone lines when reading for the decision.
@@ -46,6 +50,9 @@ class OcrSettings:
     rec_model: str = "ocr_rec"
     rec_max_batch: int = 8  # crops per ocr_rec call (at most its max_batch_size)
     rec_max_width: int = 1600  # widest crop given to the recogniser, pixels at height 48
+    # Each crop is padded to its width rounded up to this (kyc.document.lines.plan_batches:
+    # a reading that depends on the crop alone, never on the crops sharing its call).
+    rec_width_step: int = 64
     thresh: float = 0.3
     box_thresh: float = 0.6
     unclip_ratio: float = 1.5
@@ -73,6 +80,8 @@ class OcrSettings:
             raise ValueError(f"lines must be one of {', '.join(LINE_MODES)}, not {self.lines!r}")
         if self.visual_round < 1:
             raise ValueError("visual_round must be at least 1")
+        if self.rec_width_step < REC_STRIDE or self.rec_width_step % REC_STRIDE:
+            raise ValueError(f"rec_width_step must be a multiple of {REC_STRIDE}")
 
     @property
     def db(self) -> DBSettings:
@@ -102,6 +111,20 @@ def may_be_mrz(text: str, crop: np.ndarray, min_aspect: float) -> bool:
     return sum(c in MRZ_CHARACTERS for c in text.upper()) >= 0.85 * len(text)
 
 
+Reading = tuple[str, float, bool]  # text, confidence, read as an MRZ line
+Readings = dict[tuple[int, int], Reading]  # (page, line) -> reading
+
+
+@dataclass
+class _Page:
+    """The text lines the detector found on one canvas: (crop, box in canvas pixels) in
+    reading order, and the rows they make (indices into ``items``)."""
+
+    canvas: np.ndarray
+    items: list[tuple[np.ndarray, np.ndarray]]
+    rows: list[list[int]]
+
+
 class DocumentReader:
     def __init__(self, settings: OcrSettings, alphabet: Sequence[str], recognise: Recogniser):
         self.settings = settings
@@ -122,35 +145,87 @@ class DocumentReader:
         if self.settings.lines == "decision":
             readings = self._read_for_decision(found)
         else:
-            flat = [(page, i) for page, items in enumerate(found) for i in range(len(items))]
-            texts, mrz = self._read_crops([found[page][i][0] for page, i in flat])
+            flat = [(page, i) for page, p in enumerate(found) for i in range(len(p.items))]
+            texts, mrz = self._read_crops([found[page].items[i][0] for page, i in flat])
             readings = {key: (*texts[k], k in mrz) for k, key in enumerate(flat)}
+            self._mend_mrz(found, readings)
         lines: list[list[TextLine]] = [[] for _ in pages]
         for (page, i), (text, confidence, is_mrz) in sorted(readings.items()):
             if self._kept(text, confidence):
-                lines[page].append(TextLine(text, confidence, found[page][i][1] / pages[page][2],
-                                            is_mrz))
+                lines[page].append(TextLine(text, confidence,
+                                            found[page].items[i][1] / pages[page][2], is_mrz))
         log.debug("ocr: %d pages, %d of %d crops read, %d MRZ lines in %.1f ms", len(pages),
-                  len(readings), sum(map(len, found)),
+                  len(readings), sum(len(p.items) for p in found),
                   sum(r[2] for r in readings.values()), (time.perf_counter() - started) * 1e3)
         return lines
 
-    def _lines_found(self, canvas: np.ndarray, prob: np.ndarray
-                     ) -> list[tuple[np.ndarray, np.ndarray]]:
-        """(crop, box in canvas pixels) of each text line the map shows, in reading order."""
+    def _lines_found(self, canvas: np.ndarray, prob: np.ndarray) -> _Page:
+        """The text lines the map shows on ``canvas``, in reading order."""
         boxes = text_boxes(prob, self.settings.db)
-        return [(crop_line(canvas, boxes[i].points), boxes[i].points)
-                for i in reading_order([b.points for b in boxes])]
+        rows = reading_rows([b.points for b in boxes])
+        order = [i for row in rows for i in row]
+        position = {box: k for k, box in enumerate(order)}
+        return _Page(canvas, [(crop_line(canvas, boxes[i].points), boxes[i].points) for i in order],
+                     [[position[i] for i in row] for row in rows])
+
+    def _mend_mrz(self, found: list[_Page], readings: Readings) -> set[tuple[int, int]]:
+        """MRZ lines the detector cut in pieces or found only in part, read whole.
+
+        A row that is not one whole MRZ line (an MRZ line found in one box), beside one
+        (:func:`kyc.document.lines.band_line`), is read again along that line's span,
+        squeezed; when that reading is an MRZ line of
+        about the same length with fillers in it, it takes the place of the row's
+        pieces (the first piece's line; the others are dropped from ``readings``).
+        Repeated once, for a line beside a mended one (TD1's three lines). A page whose
+        MRZ lines were all found whole costs nothing. Returns the lines dropped.
+        """
+        def is_mrz(page: int, i: int) -> bool:
+            return readings.get((page, i), ("", 0.0, False))[2]
+
+        dropped: set[tuple[int, int]] = set()
+        tried: set[tuple[int, int]] = set()  # (page, first line of the row)
+        for _ in range(2):
+            todo = []  # (page, row, box, the whole line's text)
+            for page, found_page in enumerate(found):
+                whole = [row[0] for row in found_page.rows
+                         if len(row) == 1 and is_mrz(page, row[0])]
+                for row in found_page.rows:
+                    if row[0] in whole or (page, row[0]) in tried:
+                        continue
+                    for i in whole:
+                        box = band_line(found_page.items[i][1],
+                                        [found_page.items[k][1] for k in row])
+                        if box is not None:
+                            todo.append((page, row, box, readings[page, i][0]))
+                            tried.add((page, row[0]))
+                            break
+            if not todo:
+                break
+            crops = [crop_line(found[page].canvas, box) for page, _, box, _ in todo]
+            steps = self._recognise(crops, [self.settings.mrz_squeeze] * len(crops))
+            for (page, row, box, beside), crop, step in zip(todo, crops, steps, strict=True):
+                text, _ = ctc_greedy(step, self.alphabet)
+                if not may_be_mrz(text, crop, self.settings.mrz_min_aspect):
+                    continue
+                text, confidence = ctc_greedy(step, self.alphabet, self.mrz_mask)
+                if "<" not in text or abs(len(text) - len(beside)) > MRZ_LENGTH_SLACK:
+                    continue
+                found[page].items[row[0]] = (crop, box)
+                readings[page, row[0]] = (text, confidence, True)
+                for i in row[1:]:
+                    readings.pop((page, i), None)
+                    dropped.add((page, i))
+        return dropped
 
     def _kept(self, text: str, confidence: float) -> bool:
         return bool(text.strip()) and confidence >= self.settings.min_confidence
 
-    def _read_for_decision(self, found: list[list[tuple[np.ndarray, np.ndarray]]]
-                           ) -> dict[tuple[int, int], tuple[str, float, bool]]:
+    def _read_for_decision(self, found: list[_Page]) -> Readings:
         """Read what ``kyc_decision`` uses, (page, line) -> (text, confidence, MRZ).
 
         First the MRZ-shaped lines of every page, exactly as :meth:`_read_crops` reads
-        them; a page whose MRZ gives the values the visual zone must show
+        them, and the MRZ lines mended beside them (:meth:`_mend_mrz`), as a full
+        reading mends them; a page whose MRZ gives the values the visual zone must show
         (kyc.document.visual) then has its other lines read in rounds, those whose width
         fits a wanted value first, until every value is found within one kept line. The
         decision is the one a full reading gives: a value found in one line is found
@@ -158,29 +233,32 @@ class DocumentReader:
         to its last line. A page without those values reads no visual line.
         """
         settings = self.settings
-        long = [(page, i) for page, items in enumerate(found) for i, (crop, _) in enumerate(items)
+        long = [(page, i) for page, p in enumerate(found) for i, (crop, _) in enumerate(p.items)
                 if crop.shape[1] >= settings.mrz_min_aspect * crop.shape[0]]
-        steps = self._recognise([found[p][i][0] for p, i in long],
+        steps = self._recognise([found[p].items[i][0] for p, i in long],
                                 [settings.mrz_squeeze] * len(long))
-        readings: dict[tuple[int, int], tuple[str, float, bool]] = {}
+        readings: Readings = {}
         for (page, i), step in zip(long, steps, strict=True):
             text, confidence = ctc_greedy(step, self.alphabet)
-            if may_be_mrz(text, found[page][i][0], settings.mrz_min_aspect):
+            if may_be_mrz(text, found[page].items[i][0], settings.mrz_min_aspect):
                 readings[page, i] = (*ctc_greedy(step, self.alphabet, self.mrz_mask), True)
+        dropped = self._mend_mrz(found, readings)
         pending: dict[int, list[int]] = {}
         wanted: dict[int, set[str]] = {}
-        for page, items in enumerate(found):
-            mrz_lines = [readings[page, i][0] for i in range(len(items))
+        for page, p in enumerate(found):
+            mrz_lines = [readings[page, i][0] for i in range(len(p.items))
                          if (page, i) in readings and self._kept(*readings[page, i][:2])]
             values = set(wanted_values(parse_mrz(mrz_lines)))
             if values:
                 wanted[page] = values
-                pending[page] = _by_fit([i for i in range(len(items)) if (page, i) not in readings],
-                                        [c.shape for c, _ in items], values)
+                left = [i for i in range(len(p.items))
+                        if (page, i) not in readings and (page, i) not in dropped]
+                pending[page] = _by_fit(left, [c.shape for c, _ in p.items], values)
         while pending:
             batch = [(page, i) for page, left in pending.items()
                      for i in left[: settings.visual_round]]
-            steps = self._recognise([found[p][i][0] for p, i in batch], [1.0] * len(batch))
+            steps = self._recognise([found[p].items[i][0] for p, i in batch],
+                                    [1.0] * len(batch))
             for (page, i), step in zip(batch, steps, strict=True):
                 text, confidence = ctc_greedy(step, self.alphabet)
                 readings[page, i] = (text, confidence, False)
@@ -220,6 +298,7 @@ class DocumentReader:
         """The recogniser's ``[T, C]`` probabilities of each crop (padding cut off)."""
         results: list = [None] * len(crops)
         for batch in plan_batches(crops, self.settings.rec_max_batch,
+                                  self.settings.rec_width_step,
                                   max_width=self.settings.rec_max_width, squeeze=squeeze):
             probs = self.recognise(batch.images)
             for row, (index, width) in enumerate(zip(batch.indices, batch.widths, strict=True)):
