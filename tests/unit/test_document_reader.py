@@ -13,6 +13,7 @@ import pytest
 
 import fake_triton
 from fake_triton import FakeError, FakeResponse, FakeTensor
+from kyc.document.ocr import OcrSettings
 from kyc.document.step import PreprocessSettings, prepare_page, rec_alphabet
 from kyc.document.synthetic import Degradation, random_identity, render_document
 from kyc.pipeline.modelconfig import Repository
@@ -85,7 +86,7 @@ def test_preprocess_refuses_bad_bytes_per_request(pb):
     bad = FakeTensor("IMAGE", np.array([[b"junk"]], dtype=np.object_))
     responses = pre.execute([{"IMAGE": bad}, {"IMAGE": good}])
     assert responses[0].error().code == FakeError.INVALID_ARG
-    assert responses[1].outputs()["CANVAS"].shape == (1, 960, 960, 3)
+    assert responses[1].outputs()["CANVAS"].shape == (1, 640, 960, 3)  # a page-shaped canvas
 
 
 def test_postprocess_refuses_inputs_that_do_not_belong_together(pb):
@@ -172,7 +173,9 @@ def test_every_crop_of_a_document_is_recognised_once_mrz_lines_included(sessions
     doc = rendered(6, "td3")
     canvas, prob, scale = page(doc.image, sessions)
     (lines,) = reader.read([(canvas, prob, scale)])
-    assert sum(rows for rows, _ in calls) == len(text_boxes(prob, reader.settings.db))
+    # each crop once; an MRZ line the detector cut in pieces is read again, whole
+    found = len(text_boxes(prob, reader.settings.db))
+    assert found <= sum(rows for rows, _ in calls) <= found + len(doc.mrz_lines)
     mrz = [line.text for line in lines if line.mrz]
     assert tuple(mrz) == doc.mrz_lines and parse_mrz(mrz)["fields"] == doc.fields
 
@@ -261,3 +264,49 @@ def test_line_modes_are_checked():
 
     with pytest.raises(ValueError, match="lines must be one of all, decision"):
         OcrSettings(lines="some")
+
+
+def test_page_shaped_canvases_of_one_request_are_padded_to_one_tensor():
+    from PIL import Image
+
+    from kyc.document.step import _stacked
+
+    wide = prepare_page(rendered(1).jpeg_bytes(), PreprocessSettings(short_step=64))[0]
+    assert wide.shape[1] == 960 and wide.shape[0] < 960 and wide.shape[0] % 64 == 0
+    tall = np.asarray(Image.fromarray(wide).rotate(90, expand=True))
+    both = _stacked([wide, tall])
+    assert both.shape == (2, 960, 960, 3)
+    np.testing.assert_array_equal(both[0, : wide.shape[0], : wide.shape[1]], wide)
+    assert both[0, wide.shape[0]:].max() == 0
+
+
+def test_a_canvas_step_must_keep_the_detectors_stride():
+    with pytest.raises(ValueError, match="short_step must be 0 or a multiple of 32"):
+        PreprocessSettings(short_step=48)
+
+
+@pytest.mark.parametrize("lines", ["all", "decision"])
+def test_an_mrz_line_the_detector_cut_in_two_is_read_whole_beside_the_other(
+        sessions, monkeypatch, lines):
+    from kyc.document import ocr
+    from kyc.document.db import TextBox, text_boxes
+
+    doc = rendered(6, "td3")
+    canvas, prob, scale = page(doc.image, sessions)
+    boxes = text_boxes(prob, OcrSettings().db)
+    first = min((b for b in boxes if b.points[1, 0] - b.points[0, 0] > 400),
+                key=lambda b: b.points[0, 1])  # MRZ line 1: the upper of the two long lines
+    tl, tr, br, bl = first.points
+
+    def piece(start: float, end: float) -> TextBox:
+        return TextBox(np.array([tl + start * (tr - tl), tl + end * (tr - tl),
+                                 bl + end * (br - bl), bl + start * (br - bl)], np.float32), 0.9)
+
+    # what the detector does with a long run of fillers: two pieces, the run between lost
+    cut = [b for b in boxes if b is not first] + [piece(0.0, 0.4), piece(0.85, 1.0)]
+    monkeypatch.setattr(ocr, "text_boxes", lambda *_: cut)
+    reader, _ = reader_counting_rows(sessions, lines=lines)
+    (read,) = reader.read([(canvas, prob, scale)])
+    mrz = [line for line in read if line.mrz]
+    assert [line.text for line in mrz] == list(doc.mrz_lines)  # whole, fillers and all
+    assert not any(line.text.startswith("<<") for line in read)  # the end piece is gone

@@ -106,6 +106,19 @@ def test_letterbox_scales_to_fit_at_the_top_left_and_maps_back():
     np.testing.assert_allclose(box.to_image(np.array([0.0, 0.0, 64.0, 32.0])), [0, 0, 200, 100])
 
 
+@pytest.mark.parametrize("shape,expected", [((100, 200), (96, 128)), ((200, 100), (128, 96)),
+                                            ((120, 128), (128, 128)), ((10, 200), (64, 128))])
+def test_a_page_shaped_canvas_rounds_the_shorter_side_and_a_margin_up_to_its_step(shape,
+                                                                                    expected):
+    image = np.full((*shape, 3), 200, np.uint8)
+    canvas, box = letterbox(image, 128, short_step=32)
+    assert canvas.shape == (*expected, 3)
+    # the same scale as the square canvas: only the padding is gone
+    square, same = letterbox(image, 128)
+    assert (box.scale_x, box.scale_y) == (same.scale_x, same.scale_y)
+    np.testing.assert_array_equal(canvas, square[: expected[0], : expected[1]])
+
+
 @pytest.mark.parametrize("turns", [0, 1, 2, 3])
 def test_points_found_in_a_turned_image_map_back_to_the_original(turns):
     image = np.zeros((5, 7), np.uint8)

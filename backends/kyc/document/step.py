@@ -40,23 +40,28 @@ PAGE_INPUTS = ("CANVAS", "PROB_MAP", "SCALE")
 
 @dataclass(frozen=True)
 class PreprocessSettings:
-    canvas_size: int = 960  # multiple of 32 (the detector's stride)
+    canvas_size: int = 960  # the canvas's longer side, a multiple of 32 (the detector's stride)
+    # The shorter side: the page's, rounded up to a multiple of this (of 32; a coarser
+    # step gives fewer distinct shapes, which Triton batches apart); 0: a square canvas.
+    short_step: int = 0
     limits_model: str = "kyc_intake"  # the owner of the byte and pixel limits
     work_max_side: int = 2000
 
     def __post_init__(self) -> None:
         if self.canvas_size % 32:
             raise ValueError("canvas_size must be a multiple of 32")
+        if self.short_step % 32 or self.short_step < 0:
+            raise ValueError("short_step must be 0 or a multiple of 32")
 
 
 def prepare_page(data: bytes, settings: PreprocessSettings,
                  client_limits: IntakeSettings | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(canvas, scale): the decoded image fitted into the square canvas, and canvas
-    pixels per input pixel along x and y."""
+    """(canvas, scale): the decoded image fitted into the canvas, and canvas pixels per
+    input pixel along x and y."""
     owner = client_limits or IntakeSettings()
     limits = ImageLimits(owner.max_image_bytes, owner.max_image_pixels, settings.work_max_side)
     decoded = decode_image(data, limits)
-    canvas, box = letterbox(decoded.pixels, settings.canvas_size)
+    canvas, box = letterbox(decoded.pixels, settings.canvas_size, settings.short_step)
     scale = np.array([box.scale_x, box.scale_y], np.float32) / decoded.scale
     return canvas, scale
 
@@ -83,8 +88,19 @@ class OcrPreprocessStep:
             return RequestError(f"IMAGE: {exc}")
         except Exception as exc:  # this request only
             return exc
-        return {"CANVAS": np.stack([p[0] for p in pages]),
+        return {"CANVAS": _stacked([p[0] for p in pages]),
                 "SCALE": np.stack([p[1] for p in pages])}
+
+
+def _stacked(canvases: list[np.ndarray]) -> np.ndarray:
+    """The rows of one request in one tensor: page-shaped canvases padded (black, at the
+    bottom and right, where the pages already have their padding) to the largest."""
+    height = max(c.shape[0] for c in canvases)
+    width = max(c.shape[1] for c in canvases)
+    out = np.zeros((len(canvases), height, width, 3), np.uint8)
+    for row, canvas in enumerate(canvases):
+        out[row, : canvas.shape[0], : canvas.shape[1]] = canvas
+    return out
 
 
 def rec_alphabet(repository: Repository, rec_model: str) -> list[str]:
