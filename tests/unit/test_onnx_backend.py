@@ -126,6 +126,30 @@ def test_a_session_with_arena_shrinkage_runs_with_those_run_options(tmp_path, on
     assert make_session(OnnxModelSettings.from_config(CONFIG, tmp_path, "1")).run_options is None
 
 
+def test_only_runs_larger_than_the_threshold_shrink_the_arena(tmp_path, onnx_factory):
+    onnx_factory(tmp_path / "1" / "model.onnx", shape=("batch", "width"))
+    params = {"memory.enable_memory_arena_shrinkage": {"string_value": "cpu:0"},
+              "arena_shrink_above_batch": {"string_value": "2"}}
+    settings = OnnxModelSettings.from_config(dict(CONFIG, parameters=params), tmp_path, "1")
+    assert settings.arena_shrink_above_batch == 2
+    session = make_session(settings)
+    real, seen = session.session, []
+
+    class Recording:
+        def run(self, names, feeds, options):
+            seen.append(options)
+            return real.run(names, feeds, options)
+
+    session.session = Recording()
+    for batch in (1, 2, 3):
+        session.run(["Y"], {"X": np.ones((batch, 3), np.float32)})
+    assert seen[:2] == [None, None] and seen[2] is session.run_options
+    with pytest.raises(ValueError, match="arena_shrink_above_batch must be 0 or more"):
+        OnnxModelSettings.from_config(
+            dict(CONFIG, parameters={"arena_shrink_above_batch": {"string_value": "-1"}}),
+            tmp_path, "1")
+
+
 def test_settings_honour_default_model_filename(tmp_path):
     settings = OnnxModelSettings.from_config(
         dict(CONFIG, default_model_filename="net.onnx"), tmp_path, "1"
