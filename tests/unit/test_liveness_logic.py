@@ -134,6 +134,57 @@ def test_another_face_halfway_is_a_changed_face():
     assert not verdict.is_live and verdict.reasons == ["face_changed"]
 
 
+def observed(yaws, sharpness, people, settings=SETTINGS):
+    """A session whose frames are embedded as the model embeds them (wants_embedding)."""
+    session = Session(("left", "right", "left"), started=0.0, last_seen=0.0)
+    for k, (yaw, sharp) in enumerate(zip(yaws, sharpness, strict=True)):
+        pose = (yaw, 0.0, 0.0)
+        embedding = people[k] if session.wants_embedding(pose, sharp, settings) else None
+        session.add(Frame(True, 1, pose, sharp, embedding), 5.0 * k / len(yaws))
+    return session
+
+
+def test_the_baseline_every_turned_frame_and_each_sharper_frontal_frame_are_embedded():
+    sharp = [300.0, 100.0, 200.0, 150.0, 400.0, 120.0, 90.0, 90.0, 90.0, 500.0, 80.0]
+    yaws = [0.0, 1.0, -1.0, 2.0, 0.0, 25.0, 25.0, 3.0, 0.0, 0.0, 0.0]
+    session = observed(yaws, sharp, [unit(1)] * len(yaws))
+    embedded = [k for k, f in enumerate(session.frames) if f.embedding is not None]
+    # 0-2 the baseline; 3 the first frontal after it; 4 sharper; 5-6 turned; 9 sharper
+    assert embedded == [0, 1, 2, 3, 4, 5, 6, 9]
+    verdict = judge(session, SETTINGS, 5.0, THRESHOLD)
+    assert verdict.figures["frames_with_face"] == 11 and verdict.figures["frames_compared"] == 8
+
+
+def test_the_best_frame_embedded_is_within_a_tenth_of_the_sharpest():
+    from kyc.liveness.session import FRONTAL_SHARPER_BY, best_frame
+
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        n = int(rng.integers(4, 40))
+        yaws = list(rng.choice([0.0, 2.0, -3.0, 9.0, 25.0, -25.0], size=n))
+        sharp = list(rng.uniform(10, 600, size=n))
+        session = observed(yaws, sharp, [unit(1)] * n)
+        every = Session(session.challenge, 0.0, 0.0, [
+            Frame(True, 1, f.pose, f.sharpness, unit(1)) for f in session.frames])
+        best = best_frame(every.frames, SETTINGS, every.offsets(SETTINGS))
+        chosen = best_frame(session.frames, SETTINGS, session.offsets(SETTINGS))
+        offsets = every.offsets(SETTINGS)
+        assert np.abs(offsets[chosen]).max() <= SETTINGS.centre_deg \
+            or np.abs(offsets[best]).max() > SETTINGS.centre_deg  # frontal when one is
+        assert session.frames[chosen].sharpness * (1 + FRONTAL_SHARPER_BY) \
+            >= every.frames[best].sharpness
+
+
+def test_moves_made_by_another_person_than_the_frontal_one_are_a_changed_face():
+    a, b = unit(1), unit(2)
+    people = [near(b if yaw else a, k) for k, yaw in enumerate(LIVE)]
+    session = observed(LIVE, [500.0] * len(LIVE), people)
+    verdict = judge(session, SETTINGS, 5.0, THRESHOLD)
+    assert not verdict.is_live and verdict.reasons == ["face_changed"]
+    live = observed(LIVE, [500.0] * len(LIVE), [near(a, k) for k in range(len(LIVE))])
+    assert judge(live, SETTINGS, 5.0, THRESHOLD).is_live
+
+
 def test_a_configured_passive_pad_model_counts_and_can_fail_the_session():
     from dataclasses import replace
 

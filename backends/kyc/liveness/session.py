@@ -7,8 +7,9 @@ nothing here logs (embeddings and poses belong to a person).
 What a session must show to be live (every threshold is a config parameter):
 
 - ``challenge``: the challenge's head turns, exactly, in order (see challenge.py);
-- ``same_person``: every frame with a face embedded and compared with the best
-  frame; at most ``max_other_person_fraction`` of them below ``face_embedding``'s
+- ``same_person``: the frames compared (below) against the best frame (the sharpest
+  facing the camera, whose embedding the token carries); at most
+  ``max_other_person_fraction`` of them below ``face_embedding``'s
   ``match_threshold``;
 - ``single_face``: one face in at least ``min_single_face_fraction`` of the frames;
 - ``sharp_frames``: at least ``min_sharp_frames`` frames with a face at least
@@ -17,6 +18,19 @@ What a session must show to be live (every threshold is a config parameter):
 - ``passive_pad``: when a passive anti-spoofing model is configured, its mean
   real-face probability at least ``min_pad_score``; otherwise "not_configured" and
   not counted (no trained weights are shipped: see README).
+
+Which frames are embedded and compared (:meth:`Session.wants_embedding`, decided as
+each frame arrives): the first ``baseline_frames`` with a face, every frame turned
+away from the baseline by more than ``centre_deg`` (the evidence of the moves), and a
+frame facing the camera only when it is sharper, by :data:`FRONTAL_SHARPER_BY`, than
+every one facing the camera embedded before it. So the best frame is embedded (or one
+within 10% of its sharpness), and every frame that shows a move is compared with it:
+a move made by someone else than the person the token names is found, as before.
+What is no longer compared is a frame facing the camera that is not the sharpest so
+far: it proves no move, and the token does not carry it. The embedding is most of a
+frame's cost (face_embedding: about 20 ms of CPU a face here, against 5 for
+detection); a person holding still in front of the camera between moves sends
+mostly such frames.
 
 LIVENESS_SCORE is 0..1: the mean of the challenge progress (moves done in order
 over moves asked), the share of frames of the same person, and the share of sharp
@@ -44,6 +58,11 @@ class LivenessSettings:
     # canvas area: 640 -> 320 is 4x fewer pixels) and no rotated retries.
     detector_size: int = 320
     try_rotations: bool = False
+    # Frames larger than this (longest side) are decoded reduced: a JPEG by libjpeg's
+    # DCT scaling, 1/2 or less, which costs a fraction of a full decode. The detector
+    # sees 320 pixels and the face is aligned to 112: a selfie frame's face is larger
+    # than that at half a 720p frame.
+    work_max_side: int = 1600
     embedding_model: str = "face_embedding"
     antispoof_model: str = ""  # empty: passive PAD not configured
     # The crop it takes: the face box enlarged antispoof_scale times, resized to
@@ -90,16 +109,41 @@ class Frame:
         return out
 
 
+# A frame facing the camera is embedded when it is sharper than the sharpest embedded
+# before it by this share: consecutive frames of one camera differ by a few percent
+# (JPEG noise), which would make every other frame a new sharpest one.
+FRONTAL_SHARPER_BY = 0.1
+
+
 @dataclass
 class Session:
     challenge: tuple[str, ...]
     started: float  # time.monotonic()
     last_seen: float
     frames: list[Frame] = field(default_factory=list)
+    # What wants_embedding has seen: the (yaw, pitch) of the first frames with a face,
+    # and the sharpness of the sharpest frame facing the camera embedded after them.
+    baseline: list[tuple[float, float]] = field(default_factory=list)
+    best_frontal_sharpness: float = -np.inf
 
     def add(self, frame: Frame, now: float) -> None:
         self.frames.append(frame)
         self.last_seen = now
+
+    def wants_embedding(self, pose: tuple[float, float, float], sharpness: float,
+                        settings: LivenessSettings) -> bool:
+        """Whether the next frame with a face (``pose``, ``sharpness``) is embedded and
+        compared (see the module docstring); called once per such frame, in order."""
+        if len(self.baseline) < settings.baseline_frames:
+            self.baseline.append((pose[0], pose[1]))
+            return True
+        offset = np.abs(np.array(pose[:2]) - np.median(np.array(self.baseline), axis=0)).max()
+        if offset > settings.centre_deg:
+            return True
+        if sharpness > self.best_frontal_sharpness * (1 + FRONTAL_SHARPER_BY):
+            self.best_frontal_sharpness = sharpness
+            return True
+        return False
 
     def offsets(self, settings: LivenessSettings) -> list[np.ndarray | None]:
         """Each frame's (yaw, pitch) minus the baseline (median of the first frames
@@ -152,10 +196,11 @@ def judge(session: Session, settings: LivenessSettings, ended: float,
     found_events = session.events(settings)
     done = progress(found_events, session.challenge)
     best = best_frame(frames, settings, offsets)
-    with_face = [f for f in frames if f.face_found and f.embedding is not None]
+    with_face = [f for f in frames if f.face_found]
+    compared = [f for f in with_face if f.embedding is not None]
     if best is not None:
         reference = frames[best].embedding
-        similar = [float(np.dot(f.embedding, reference)) for f in with_face]
+        similar = [float(np.dot(f.embedding, reference)) for f in compared]
         same_share = sum(s >= match_threshold for s in similar) / len(similar)
     else:
         same_share = 0.0
@@ -179,6 +224,7 @@ def judge(session: Session, settings: LivenessSettings, ended: float,
     score = float(np.mean([done / max(len(session.challenge), 1), same_share, sharp / total]))
     figures = {
         "frames": len(frames), "frames_with_face": len(with_face),
+        "frames_compared": len(compared),
         "moves_done": done, "moves": len(session.challenge),
         "same_person_share": round(same_share, 3), "single_face_share": round(single, 3),
         "sharp_frames": sharp, "duration_s": round(duration, 2),

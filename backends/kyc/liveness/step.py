@@ -5,7 +5,8 @@ inputs START, END and READY. Per ``execute``: evict idle sessions, apply START
 (a new random challenge; a START for a live id resets it), then decode and detect
 the faces of ALL frames of the batch in one face path run (the face step's
 :func:`kyc.face.step.face_preprocessor`, ONE call to ``face_detector``, the
-settings of ``face_preprocess``), embed every found face in one call to
+settings of ``face_preprocess``), embed the faces the sessions compare
+(:meth:`kyc.liveness.session.Session.wants_embedding`) in one call to
 ``face_embedding`` (and one to the passive anti-spoofing model when configured;
 both split only past their ``max_batch_size``), add each frame to its session,
 and answer.
@@ -67,7 +68,8 @@ class LivenessStep:
         self.moves = parse_moves(self.settings.moves)
         face = dataclasses.replace(
             context.model_settings(FaceSettings, self.settings.face_model),
-            detector_size=self.settings.detector_size, try_rotations=self.settings.try_rotations)
+            detector_size=self.settings.detector_size, try_rotations=self.settings.try_rotations,
+            work_max_side=self.settings.work_max_side)
         crop = None
         if self.settings.antispoof_model:
             from kyc.liveness.crop import context_crop
@@ -171,18 +173,22 @@ class LivenessStep:
                               else result)
             else:
                 seen.append((item, result))
+        # In order, so that two frames of one session in this batch are decided as if
+        # they had come one by one (Session.wants_embedding).
+        embed = [result.found and item.session.wants_embedding(  # type: ignore[union-attr]
+                     _pose(result), _sharpness(result), self.settings)
+                 for item, result in seen]
+        chosen = [r for (_, r), e in zip(seen, embed, strict=True) if e]
+        embeddings = iter(self._each(self.embed, "FACE", [r.face for r in chosen]))
         found = [r for _, r in seen if r.found]
-        embeddings = iter(self._each(self.embed, "FACE", [r.face for r in found]))
         pad = iter(self._each(self.antispoof, "CROP", [r.context for r in found])
                    if self.antispoof is not None else [])
-        for item, result in seen:
-            quality = result.quality or {}
+        for (item, result), embedded in zip(seen, embed, strict=True):
             item.result = Frame(
                 face_found=result.found, faces=result.faces,
-                pose=(quality["yaw"], quality["pitch"], quality["roll"]) if result.found
-                else None,
-                sharpness=float(quality.get("sharpness", 0.0)),
-                embedding=np.asarray(next(embeddings), np.float32) if result.found else None,
+                pose=_pose(result) if result.found else None,
+                sharpness=_sharpness(result),
+                embedding=np.asarray(next(embeddings), np.float32) if embedded else None,
                 pad_score=float(np.asarray(next(pad)).reshape(-1)[0])
                 if result.found and self.settings.antispoof_model else None)
 
@@ -260,3 +266,11 @@ class LivenessStep:
             "LIVENESS_TOKEN": np.array([[token]], dtype=np.object_),
         }
 
+
+def _pose(result) -> tuple[float, float, float]:
+    quality = result.quality or {}
+    return (quality["yaw"], quality["pitch"], quality["roll"])
+
+
+def _sharpness(result) -> float:
+    return float((result.quality or {}).get("sharpness", 0.0))
