@@ -83,14 +83,28 @@ def decode_image(data: bytes, limits: ImageLimits) -> DecodedImage:
         factor = max(image.size) / limits.work_max_side
         image.draft("RGB", (round(full_width / factor), round(full_height / factor)))
     try:
-        oriented = ImageOps.exif_transpose(image)
-        rgb = np.asarray(oriented.convert("RGB"))
+        oriented = _upright_rgb(image)
+        rgb = np.asarray(oriented)
     except Exception as exc:  # truncated or corrupt pixel data
         raise ImageError(f"the {fmt} image cannot be decoded: {_reason(exc)}") from None
     transposed = oriented.size != image.size and oriented.size == image.size[::-1]
     input_size = (full_height, full_width) if transposed else (full_width, full_height)
     rgb, scale = _reduce(rgb, input_size[0], limits.work_max_side)
     return DecodedImage(pixels=rgb, input_size=input_size, scale=scale, format=fmt)
+
+
+def _upright_rgb(image: Image.Image) -> Image.Image:
+    """The decoded image turned as its EXIF orientation says, in RGB. No copy where
+    none is needed (no orientation to apply, already RGB): each copy of a frame cost
+    about as much as decoding it at half size (measured: 4.0 -> 2.0 ms for a 720x900
+    JPEG)."""
+    image.load()
+    if image.getexif().get(EXIF_ORIENTATION, 1) != 1:
+        image = ImageOps.exif_transpose(image)
+    return image if image.mode == "RGB" else image.convert("RGB")
+
+
+EXIF_ORIENTATION = 0x0112
 
 
 def check_image(data: bytes, limits: ImageLimits) -> tuple[str, tuple[int, int]]:
@@ -111,9 +125,15 @@ def check_image(data: bytes, limits: ImageLimits) -> tuple[str, tuple[int, int]]
     return fmt, size
 
 
+# An image at most this share over ``work_max_side`` is kept as decoded: a resize that
+# close to the identity is a full pass over the pixels (1.5 ms for a 450-pixel frame
+# decoded at half size for a limit of 448) and changes nothing the limit is for.
+REDUCE_SLACK = 1 / 16
+
+
 def _reduce(rgb: np.ndarray, input_width: int, max_side: int) -> tuple[np.ndarray, float]:
     height, width = rgb.shape[:2]
-    if max(height, width) > max_side:
+    if max(height, width) > max_side * (1 + REDUCE_SLACK):
         factor = max_side / max(height, width)
         size = (max(1, round(width * factor)), max(1, round(height * factor)))
         rgb = np.asarray(Image.fromarray(rgb).resize(size, Image.Resampling.BILINEAR))

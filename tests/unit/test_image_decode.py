@@ -83,6 +83,17 @@ def test_a_large_jpeg_is_decoded_reduced_and_reports_the_scale_back_to_input_pix
     assert decoded.scale == pytest.approx(1800 / decoded.pixels.shape[1])
 
 
+def test_a_jpeg_decoded_at_half_size_just_over_the_limit_is_kept_as_decoded():
+    from kyc.image import REDUCE_SLACK
+
+    frame = np.random.default_rng(0).integers(0, 255, (900, 722, 3), dtype=np.uint8)
+    limits = ImageLimits(max_bytes=2_000_000, max_pixels=4_000_000, work_max_side=448)
+    decoded = decode_image(encode(frame, "JPEG"), limits)
+    assert decoded.pixels.shape[:2] == (450, 361)  # DCT scaling by 1/2, no resize after
+    assert 448 < 450 <= 448 * (1 + REDUCE_SLACK)
+    assert decoded.scale == pytest.approx(2.0)
+
+
 def test_garbage_bytes_are_refused_with_a_clear_message():
     with pytest.raises(ImageError, match="not a JPEG, PNG or WebP"):
         decode_image(b"this is not an image at all", LIMITS)
