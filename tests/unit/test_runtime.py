@@ -52,6 +52,7 @@ def test_stubs_write_no_bytecode_into_version_folders_which_would_reload_them(as
 def test_the_server_returns_freed_memory_unless_the_caller_set_malloc_itself(assembled):
     env = assembled.environment({})
     assert env["MALLOC_ARENA_MAX"] == "2" and env["MALLOC_MMAP_THRESHOLD_"] == "4194304"
+    assert env["MALLOC_TRIM_THRESHOLD_"] == "8388608" and env["OPENBLAS_NUM_THREADS"] == "1"
     assert assembled.environment({"MALLOC_ARENA_MAX": "8"})["MALLOC_ARENA_MAX"] == "8"
 
 

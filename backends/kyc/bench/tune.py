@@ -251,7 +251,7 @@ def server_settings(backend_dir: Path) -> dict:
     """How Model Analyzer starts our tritonserver: the binary, the flags ``kyc serve``
     gives it, and the environment its Python stubs need."""
     from kyc.bench.perf_analyzer import executable as perf_analyzer
-    from kyc.runtime.triton import assemble_backends
+    from kyc.runtime.triton import MALLOC_SETTINGS, THREAD_SETTINGS, assemble_backends
 
     install = assemble_backends(backend_dir)
     flags = {"backend-directory": str(install.backend_dir),
@@ -261,8 +261,8 @@ def server_settings(backend_dir: Path) -> dict:
     if install.library_dirs:
         flags["pinned-memory-pool-byte-size"] = 0
     env = install.environment(dict(os.environ))
-    keep = ("PATH", "LD_LIBRARY_PATH", "PYTHONDONTWRITEBYTECODE", "MALLOC_ARENA_MAX",
-            "MALLOC_MMAP_THRESHOLD_", "HOME")
+    keep = ("PATH", "LD_LIBRARY_PATH", "PYTHONDONTWRITEBYTECODE", *MALLOC_SETTINGS,
+            *THREAD_SETTINGS, "HOME")
     return {"path": str(install.server), "flags": flags,
             "environment": {k: env[k] for k in keep if k in env},
             "perf_analyzer": perf_analyzer()}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -71,6 +72,13 @@ def bench_output_dir(json_path: Path | None, out: Path | None) -> Path:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from kyc.runtime.triton import THREAD_SETTINGS
+
+    # The in-process limit and the peers run in this process: numpy's OpenBLAS gets
+    # the server stubs' thread settings (its idle workers spin after every call), so
+    # that both sides of the comparison run alike. Effective before numpy loads.
+    for name, value in THREAD_SETTINGS.items():
+        os.environ.setdefault(name, value)
     from kyc.bench.core import BenchError, BenchOptions, format_table, total_errors, write_json
     from kyc.bench.report import write_csvs, write_plots
     from kyc.bench.scenarios import run_bench

@@ -59,9 +59,12 @@ class TritonInstall:
         # glibc malloc: freed blocks of 4 MiB and more go back to the system, and
         # few per-thread arenas. Without this the onnxruntime arena shrinkage frees
         # into a heap that never shrinks (measured by kyc bench --quick: server
-        # and stubs 2115 -> 1605 MiB resident; docs/performance.md). A value set
-        # by the caller wins.
-        for name, value in MALLOC_SETTINGS.items():
+        # and stubs 2115 -> 1605 MiB resident; docs/performance.md). A fixed mmap
+        # threshold also fixes the trim threshold at glibc's 128 KiB: every image
+        # buffer freed at the top of the heap went back to the system and came back
+        # page by page (1,570 page faults and 2 of the 4 ms of a 720x900 JPEG's
+        # decode); up to 8 MiB free at the top is kept. A value set by the caller wins.
+        for name, value in {**MALLOC_SETTINGS, **THREAD_SETTINGS}.items():
             env.setdefault(name, value)
         if self.library_dirs:
             libs = [str(d) for d in self.library_dirs]
@@ -71,7 +74,13 @@ class TritonInstall:
         return env
 
 
-MALLOC_SETTINGS = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": str(4 * 1024 * 1024)}
+MALLOC_SETTINGS = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": str(4 * 1024 * 1024),
+                   "MALLOC_TRIM_THRESHOLD_": str(8 * 1024 * 1024)}
+# numpy's OpenBLAS in each stub: one thread. Its worker threads spin (sched_yield)
+# for a while after every call, and the stubs call it on tiny matrices (alignment,
+# head pose): in the liveness stub under 8 sessions, OpenBLAS's idle worker burnt 8.5
+# s of CPU in 16 s, twice the stub's own Python work (gdb: blas_thread_server).
+THREAD_SETTINGS = {"OPENBLAS_NUM_THREADS": "1"}
 
 
 @dataclass(frozen=True)
