@@ -17,10 +17,12 @@ from tritonclient.utils import InferenceServerException
 
 from kyc.bench import liveness as bench_liveness
 from kyc.bench.liveness import (
+    LEAD_IN_MAX,
     MODEL,
     FilmLibrary,
     LivenessBenchClient,
     PersonFilms,
+    lead_in,
     possible_challenges,
     render_films,
 )
@@ -109,19 +111,28 @@ def drive(client: LivenessBenchClient, server: FakeServer, sessions: int) -> dic
     return tallies
 
 
-def test_a_session_is_start_then_the_film_with_end_on_its_last_frame_under_a_new_id_each(
+def test_a_session_is_start_then_a_lead_in_then_the_film_with_end_on_its_last_frame(
         raw_frames):
     library, server = fake_library(), FakeServer(min_duration_s=0.0, max_frames=600)
     tallies = drive(LivenessBenchClient("unused", library, 3), server, sessions=2)
-    assert tallies == {"frames": 44, "sessions": 2, "sessions_live": 2}
-    film = library.film(0, ("left", "right", "left"))
-    first, second = server.requests[:22], server.requests[22:]
-    for session in (first, second):
-        assert [(s, e) for _, _, s, e in session] == [(True, False)] + [(False, False)] * 20 + [
-            (False, True)]
-        assert session[0][1] == b"" and [frame for _, frame, _, _ in session[1:]] == list(film)
+    leads = [lead_in(3, 1), lead_in(3, 2)]
+    assert leads[0] != leads[1]  # sessions of one client start their moves at other frames
+    assert tallies == {"frames": 44 + sum(leads), "sessions": 2, "sessions_live": 2}
+    film, filler = library.film(0, ("left", "right", "left")), library.filler(0)
+    first, second = server.requests[:22 + leads[0]], server.requests[22 + leads[0]:]
+    for session, lead in zip((first, second), leads, strict=True):
+        assert [(s, e) for _, _, s, e in session] == [(True, False)] + [(False, False)] * (
+            20 + lead) + [(False, True)]
+        frames = [frame for _, frame, _, _ in session[1:]]
+        assert session[0][1] == b"" and all(f in filler for f in frames[:lead])
+        assert frames[lead:] == list(film)
         assert len({sid for sid, _, _, _ in session}) == 1
     assert first[0][0] != second[0][0] and "-3-" in first[0][0]
+
+
+def test_clients_started_together_begin_their_moves_at_different_frames():
+    assert len({lead_in(client, 1) for client in range(8)}) == 8
+    assert all(0 <= lead_in(c, s) < LEAD_IN_MAX for c in range(16) for s in range(1, 9))
 
 
 def test_a_session_too_young_to_be_live_is_padded_with_frames_facing_the_camera_up_to_max(
@@ -130,11 +141,12 @@ def test_a_session_too_young_to_be_live_is_padded_with_frames_facing_the_camera_
     server = FakeServer(min_duration_s=0.3, max_frames=600)
     started = time.monotonic()
     drive(LivenessBenchClient("unused", library, 0), server, sessions=1)
-    assert time.monotonic() - started >= 0.3 and 22 < len(server.requests) < 1 + 600
+    lead = lead_in(0, 1)
+    assert time.monotonic() - started >= 0.3 and 22 + lead < len(server.requests) < 1 + 600
     film, filler = library.film(0, ("left", "right", "left")), library.filler(0)
     frames = [frame for _, frame, _, _ in server.requests[1:]]
-    assert frames[:20] == list(film[:20]) and frames[-1] == film[-1]
-    assert all(f in filler for f in frames[20:-1])
+    assert frames[lead:lead + 20] == list(film[:20]) and frames[-1] == film[-1]
+    assert all(f in filler for f in frames[:lead] + frames[lead + 20:-1])
     capped = FakeServer(min_duration_s=100.0, max_frames=30)
     drive(LivenessBenchClient("unused", library, 0), capped, sessions=1)
     assert len(capped.requests) == 1 + 30 and capped.requests[-1][3]

@@ -21,8 +21,11 @@ and a client that streams as fast as the server answers may finish a film sooner
 (a camera sends 15 to 30 frames a second; a fast server answers hundreds). Before
 the last frame, the client therefore sends more frames facing the camera, as a
 person holding still would, until the session is old enough (never past
-``max_frames``; both limits come with the START response). Frames per session are
-thus 1 START + 21 film frames + whatever filler the server's speed calls for.
+``max_frames``; both limits come with the START response). Each session also
+begins with a few frames facing the camera (:func:`lead_in`: 0 to 7, by client and
+session), so that clients started together do not turn their heads in the same
+batches. Frames per session are thus 1 START + the lead-in + 21 film frames +
+whatever filler the server's speed calls for.
 
 Failures: a request that fails raises from ``next()`` (the bench counts it). A
 failed START is retried by the next call with the same id (a START resets a
@@ -214,6 +217,19 @@ def face_box(client: Any, data: bytes, role: str) -> np.ndarray:
     return result.as_numpy("BOX")[0]
 
 
+# A person settles in front of the camera for a moment before the first move: each
+# session begins with 0 to LEAD_IN_MAX - 1 frames facing the camera, different from
+# client to client and from session to session. Without it, clients started together
+# play the same film frame by frame, and every batch holds 8 turned faces or none
+# (a lockstep no population of users keeps).
+LEAD_IN_MAX = 8
+
+
+def lead_in(client: int, session: int) -> int:
+    """Frames facing the camera before the film, for a client's ``session``-th session."""
+    return (5 * client + 3 * session) % LEAD_IN_MAX
+
+
 # -- the client ----------------------------------------------------------------------
 # Correlation ids: one tag per process, then the client's index and its session
 # count, so that ids clash neither between clients nor with another run.
@@ -237,6 +253,7 @@ class LivenessBenchClient:
         self._film: tuple[bytes, ...] = ()
         self._filler: tuple[bytes, ...] = ()
         self._next_frame = 0  # position in the film
+        self._lead_in = 0  # frames facing the camera before the film, this session
         self._sent = 0  # frames sent in this session (film and filler)
         self._started_at = 0.0
         self._min_duration_s = 0.0
@@ -300,6 +317,7 @@ class LivenessBenchClient:
         person = self.index + self._sessions - 1  # clients and sessions rotate persons
         self._open, self._started_at = True, time.monotonic()
         self._next_frame, self._sent = 0, 0
+        self._lead_in = lead_in(self.index, self._sessions)
         self._filler = self.films.filler(person)
         self._min_duration_s = float(challenge.get("min_duration_s", 0.0))
         self._max_frames = int(challenge.get("max_frames", 0)) or 1 << 30
@@ -315,6 +333,8 @@ class LivenessBenchClient:
         filler facing the camera before its last frame while the session is too
         young to be live."""
         last = len(self._film) - 1
+        if self._sent < self._lead_in:
+            return self._filler[self._sent % len(self._filler)], False
         if self._next_frame < last:
             self._next_frame += 1
             return self._film[self._next_frame - 1], False
