@@ -2,8 +2,8 @@
 past ``max_sessions`` a START is refused as UNAVAILABLE (a capacity condition).
 
 A server of its own over a copy of the face models and liveness_sequence whose
-config is shortened: Triton drops a sequence idle for 1.5 s, the model evicts
-state idle for 2 s and holds at most 5 sessions.
+config is shortened: one instance, Triton drops a sequence idle for 1.5 s, the
+model evicts state idle for 2 s and holds at most 5 sessions.
 """
 
 from __future__ import annotations
@@ -39,7 +39,10 @@ def short_lived(tmp_path_factory):
     for model in MODELS:
         copy_tree(SHIPPED_REPOSITORY / model, root / model)
     config = root / "liveness_sequence" / "config.pbtxt"
-    text = set_string_parameter(config.read_text(), "idle_ttl_s", "2")
+    # One instance: the session counts and max_sessions are each instance's own.
+    text = re.sub(r"instance_group \[ \{ count: \d+", "instance_group [ { count: 1",
+                  config.read_text())
+    text = set_string_parameter(text, "idle_ttl_s", "2")
     text = set_string_parameter(text, "max_sessions", str(MAX_SESSIONS))
     text = re.sub(r"max_sequence_idle_microseconds: \d+", "max_sequence_idle_microseconds: "
                   "1500000", text)

@@ -17,25 +17,28 @@ class FakeMetric:
         self.family, self.labels, self.value = family, labels, 0.0
 
     def increment(self, value):
-        assert self.family.kind == "COUNTER"
+        assert self.family.kind == "GAUGE" or value >= 0
         self.value += value
-
-    def set(self, value):
-        assert self.family.kind == "GAUGE"
-        self.value = value
 
 
 class FakeFamily:
+    """Triton's metrics API as the server behaves: a family registered again by another
+    instance, with the same labels, is the same series."""
+
     COUNTER, GAUGE = "COUNTER", "GAUGE"
     made: ClassVar[list] = []
 
     def __init__(self, name, description, kind):
-        self.name, self.description, self.kind, self.metrics = name, description, kind, []
+        self.name, self.description, self.kind = name, description, kind
+        same = next((f for f in FakeFamily.made if f.name == name), None)
+        self.metrics = same.metrics if same is not None else []
         FakeFamily.made.append(self)
 
     def Metric(self, labels):  # noqa: N802 (the backend's name)
-        metric = FakeMetric(self, labels)
-        self.metrics.append(metric)
+        metric = next((m for m in self.metrics if m.labels == labels), None)
+        if metric is None:
+            metric = FakeMetric(self, labels)
+            self.metrics.append(metric)
         return metric
 
 
@@ -87,3 +90,17 @@ def test_close_drops_the_metrics_before_their_families(families):
     metrics.close()
     metrics.started()  # after close: nothing, no error
     assert metrics._metrics == {} and metrics._families == []
+
+
+def test_the_gauge_holds_the_sessions_of_every_instance_and_an_instance_closing_leaves(
+        families):
+    first, second = (SessionMetrics("liveness_sequence", "1") for _ in range(2))
+    first.live(3)
+    second.live(2)
+    first.live(1)
+    assert value(families, "kyc_liveness_sessions_live") == 3
+    second.close()
+    assert value(families, "kyc_liveness_sessions_live") == 1
+    first.started()
+    second.started()  # closed: counts nothing
+    assert value(families, "kyc_liveness_sessions_started_total") == 1

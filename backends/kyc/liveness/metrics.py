@@ -11,6 +11,11 @@ them with ``model`` and ``version``:
   is counted when the next frame of any session arrives
 - ``kyc_liveness_sessions_live`` (gauge): sessions held now
 
+Every instance of the model registers the same families and labels, and Triton
+merges them into one series each: the counters add up, and the gauge is moved by
+each instance's change (never set), so that it holds the sessions of all instances;
+an instance that closes takes its own sessions off it.
+
 Counts only: no session id, challenge or verdict of a person. Without the metrics
 API (unit tests, or if Triton refuses a family) every call is a no-op.
 """
@@ -29,9 +34,6 @@ class _Null:
     def increment(self, value: float) -> None:
         pass
 
-    def set(self, value: float) -> None:
-        pass
-
 
 class SessionMetrics:
     """The liveness counters and gauge of one model version."""
@@ -40,6 +42,7 @@ class SessionMetrics:
         """``publish=False``: counted nowhere (run outside a server)."""
         self._families: list[Any] = []
         self._metrics: dict[str, Any] = {}
+        self._live = 0  # this instance's share of the gauge
         labels = {"model": model, "version": version}
         if not publish:
             return
@@ -83,9 +86,14 @@ class SessionMetrics:
             self._get("evicted").increment(count)
 
     def live(self, count: int) -> None:
-        self._get("live_now").set(count)
+        """This instance holds ``count`` sessions now (the gauge moves by the change)."""
+        if count != self._live:
+            self._get("live_now").increment(count - self._live)
+            self._live = count
 
     def close(self) -> None:
-        """Drop the metrics before their families (the backend requires that order)."""
+        """Take this instance's sessions off the gauge, then drop the metrics before
+        their families (the backend requires that order)."""
+        self.live(0)
         self._metrics.clear()
         self._families.clear()
