@@ -24,8 +24,9 @@ from tritonclient.utils import InferenceServerException
 
 from kyc.assets.fetch import fetch_test_photos
 from kyc.client import NO_RETRY, KycClient, KycUnavailableError
-from kyc.liveness.client import LivenessReply
+from kyc.liveness.client import LivenessReply, run_session
 from kyc.liveness.synthetic import turn_sequence
+from kyc.repo.config import load_config
 from kyc.runtime.server import SHM_DIR, ServerOptions, TritonServer, is_ready
 from kyc_testing import (
     SHIPPED_REPOSITORY,
@@ -42,6 +43,11 @@ def one(name: str, value: bytes) -> grpcclient.InferInput:
     tensor = grpcclient.InferInput(name, [1, 1], "BYTES")
     tensor.set_data_from_numpy(np.array([[value]], dtype=np.object_))
     return tensor
+
+
+# liveness_sequence's instances in the shipped config (its stubs are <model>_0_<k>)
+LIVENESS_INSTANCES = sum(group.count for group in load_config(
+    SHIPPED_REPOSITORY / "liveness_sequence" / "config.pbtxt").instance_group)
 
 
 def stub_pid(server_pid: int, instance: str) -> int | None:
@@ -121,15 +127,18 @@ def test_a_killed_liveness_stub_ends_its_open_sessions_with_an_error_never_a_ver
     frames = turn_sequence(image, box, start.status["challenge"]["moves"])
     for frame in frames[:5]:
         assert isinstance(liveness_step(client, "fault-1", frame), LivenessReply)
-    os.kill(stub_pid(server.process.pid, "liveness_sequence_0_0"), signal.SIGKILL)
+    # every instance's stub: the session lives in the one that took its START
+    instances = [f"liveness_sequence_0_{k}" for k in range(LIVENESS_INSTANCES)]
+    for instance in instances:
+        os.kill(stub_pid(server.process.pid, instance), signal.SIGKILL)
     replies = [liveness_step(client, "fault-1", frame, end=k == len(frames) - 6)
                for k, frame in enumerate(frames[5:])]
     errors = [r for r in replies if isinstance(r, Exception)]
-    print(f"\nkilled liveness stub: {len(errors)} of {len(replies)} later frames refused: "
+    print(f"\nkilled liveness stubs: {len(errors)} of {len(replies)} later frames refused: "
           f"{sorted({e.message()[:120] for e in errors})}")
     assert len(errors) == len(replies), "every later frame of the session is refused"
-    assert {e.message() for e in errors} == {
-        "Stub process 'liveness_sequence_0_0' is not healthy."}
+    assert len({e.message() for e in errors}) == 1 and {e.message() for e in errors} <= {
+        f"Stub process '{instance}' is not healthy." for instance in instances}
     # a new session is refused the same way until the server is restarted
     assert isinstance(liveness_step(client, "fault-2", b"", start=True), InferenceServerException)
     client.close()
@@ -165,11 +174,7 @@ def test_a_killed_server_is_unavailable_to_clients_and_a_restart_on_its_ports_se
                                         address="127.0.0.1"), log_file=tmp_path / "second.log")
     with second:
         assert is_ready(options.http_url)
-        client = grpcclient.InferenceServerClient(options.grpc_url)
-        start = liveness_step(client, "dead-2", b"", start=True)
-        assert isinstance(start, LivenessReply)
-        frames = turn_sequence(image, box, start.status["challenge"]["moves"])
-        replies = [liveness_step(client, "dead-2", f, end=k == len(frames) - 1)
-                   for k, f in enumerate(frames)]
-        client.close()
+        replies = run_session(options.grpc_url,
+                              lambda challenge: turn_sequence(image, box, challenge["moves"]),
+                              sequence_id="dead-2")
         assert not any(isinstance(r, Exception) for r in replies) and replies[-1].is_live
