@@ -26,16 +26,21 @@ import asyncio
 import json
 import random
 import time
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
-from kyc.liveness.client import CAMERA_FPS, FramePacer, LivenessReply, frame_input, run_session
-from kyc.liveness.client import MODEL as LIVENESS_MODEL
+from kyc.liveness.client import (
+    CAMERA_FPS,
+    AsyncLivenessCapture,
+    FramePacer,
+    LivenessCapture,
+    LivenessReply,
+    run_session,
+)
 
 ENTRY_MODEL = "kyc_ensemble"
 DEFAULT_TIMEOUT_S = 60.0
@@ -264,6 +269,18 @@ class KycClient:
             raise KycInputError("no frames to send")
         return LivenessSession(replies[0].status["challenge"], replies)
 
+    def liveness_capture(self, sequence_id: int | str | None = None) -> LivenessCapture:
+        """A liveness session to stream as a camera films it: START is sent, its
+        ``challenge`` is there to show; then ``push(frame)`` each frame, ``poll()`` the
+        replies (progress), ``end(frame)`` for the verdict. Close it (``with``)."""
+        capture = LivenessCapture(self.url, sequence_id, self.timeout_s)
+        try:
+            capture.start()
+        except Exception as exc:
+            capture.close()
+            raise _translate(exc) from None
+        return capture
+
     def close(self) -> None:
         self._client.close()
 
@@ -305,50 +322,47 @@ class AsyncKycClient:
 
         return Verification.from_result(await acall_with_retries(once, self.retry))
 
+    async def liveness_capture(self, sequence_id: int | str | None = None
+                               ) -> AsyncLivenessCapture:
+        """As :meth:`KycClient.liveness_capture`, for asyncio: ``await push(frame)``,
+        ``async for reply in replies()``, ``await end(frame)``; ``await close()``."""
+        capture = AsyncLivenessCapture(self.url, sequence_id, self.timeout_s)
+        try:
+            await capture.start()
+        except Exception as exc:
+            await capture.close()
+            raise _translate(exc) from None
+        return capture
+
     async def liveness_session(self, film: Callable[[dict], Sequence[bytes]],
                                sequence_id: int | str | None = None,
                                fps: float | None = CAMERA_FPS) -> LivenessSession:
         """As :meth:`KycClient.liveness_session`: never retried."""
-        sid = sequence_id if sequence_id is not None else uuid.uuid4().hex
-        start = await self._one(sid, b"", start=True)
-        frames = list(film(start.status["challenge"]))
-        if not frames:
-            raise KycInputError("no frames to send")
-
-        async def requests() -> AsyncIterator[dict]:
+        capture = await self.liveness_capture(sequence_id)
+        try:
+            start = capture.started
+            assert start is not None
+            frames = list(film(capture.challenge))
+            if not frames:
+                raise KycInputError("no frames to send")
             pacer = FramePacer(fps)
-            for k, frame in enumerate(frames):
+            for k, frame in enumerate(frames[:-1]):
                 delay = pacer.delay_s(k)
                 if delay > 0:
                     await asyncio.sleep(delay)
-                yield {"model_name": LIVENESS_MODEL, "inputs": [frame_input(frame)],
-                       "model_version": start.model_version,  # the session's version
-                       "sequence_id": sid, "sequence_start": False,
-                       "sequence_end": k == len(frames) - 1}
-
-        replies = [start]
-        try:
-            async for result, error in self._client.stream_infer(requests()):
-                if error is not None:
-                    raise _translate(error)
-                replies.append(LivenessReply.from_result(result))
-                if len(replies) == len(frames) + 1:
-                    break
-        except KycError:
-            raise
-        except Exception as exc:
-            raise _translate(exc) from None
+                await capture.push(frame)
+            delay = pacer.delay_s(len(frames) - 1)
+            if delay > 0:
+                await asyncio.sleep(delay)
+            try:
+                await capture.end(frames[-1])
+            except Exception as exc:
+                raise _translate(exc) from None
+            # every frame's reply, END's verdict last (no one read them meanwhile)
+            replies = [start, *(_checked(r) for r in capture.drain())]
+        finally:
+            await capture.close()
         return LivenessSession(start.status["challenge"], replies)
-
-    async def _one(self, sid: int | str, frame: bytes, start: bool = False,
-                   end: bool = False) -> LivenessReply:
-        try:
-            result = await self._client.infer(LIVENESS_MODEL, [frame_input(frame)],
-                                              sequence_id=sid, sequence_start=start,
-                                              sequence_end=end, client_timeout=self.timeout_s)
-        except Exception as exc:
-            raise _translate(exc) from None
-        return LivenessReply.from_result(result)
 
     async def close(self) -> None:
         await self._client.close()

@@ -181,3 +181,55 @@ def test_interleaved_sessions_over_streams_and_unary_calls_each_get_their_own_ve
         challenges.add(tuple(start.status["challenge"]["moves"]))
     assert len(challenges) >= 2  # drawn per session (8 sessions, 6 possible challenges)
 
+
+
+def test_a_capture_streams_frame_by_frame_and_progress_comes_back_before_the_end(
+        server, person_a):
+    import time
+
+    from kyc.client import KycClient
+
+    with KycClient(server.options.grpc_url) as sdk, sdk.liveness_capture() as capture:
+        frames = person_a.frames(capture.challenge["moves"])
+        seen: list[LivenessReply] = []
+        for frame in frames[:-1]:  # a camera: one frame at a time, its reply read later
+            capture.push(frame)
+            time.sleep(1 / 15)
+            seen += capture.poll()
+        end = capture.end(frames[-1])
+        seen += capture.poll()
+    assert len(seen) == len(frames) - 1 and all(isinstance(r, LivenessReply) for r in seen)
+    done = [r.status["progress"]["moves_done"] for r in seen]
+    assert done == sorted(done) and done[-1] == 3  # the moves counted as they were made
+    assert end.status["state"] == "done" and end.is_live and end.token, end.status
+
+
+def test_an_asyncio_capture_reads_its_replies_while_frames_are_pushed(server, person_a):
+    import asyncio
+
+    from kyc.client import AsyncKycClient
+
+    async def session():
+        async with AsyncKycClient(server.options.grpc_url) as sdk:
+            capture = await sdk.liveness_capture()
+            try:
+                frames = person_a.frames(capture.challenge["moves"])
+                states = []
+
+                async def read():
+                    async for reply in capture.replies():
+                        states.append(reply.status["state"])
+
+                reader = asyncio.create_task(read())
+                for frame in frames[:-1]:
+                    await capture.push(frame)
+                    await asyncio.sleep(1 / 15)
+                end = await capture.end(frames[-1])
+                await reader
+            finally:
+                await capture.close()
+        return states, end
+
+    states, end = asyncio.run(session())
+    assert states == ["in_progress"] * (len(states) - 1) + ["done"]
+    assert end.is_live, end.status

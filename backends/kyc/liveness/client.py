@@ -100,9 +100,11 @@ class LivenessStream:
                                        sequence_id=sequence_id, sequence_start=start,
                                        sequence_end=end)
 
-    def receive(self) -> LivenessReply | Exception:
-        """The next reply (in the order sent), or the error the server answered."""
-        result, error = self.replies.get(timeout=TIMEOUT_S)
+    def receive(self, timeout_s: float = TIMEOUT_S) -> LivenessReply | Exception:
+        """The next reply (in the order sent), or the error the server answered;
+        ``queue.Empty`` when none comes within ``timeout_s`` (0: only one already here)."""
+        result, error = (self.replies.get(timeout=timeout_s) if timeout_s > 0
+                         else self.replies.get_nowait())
         return error if error is not None else LivenessReply.from_result(result)
 
     def close(self) -> None:
@@ -116,31 +118,237 @@ class LivenessStream:
         self.close()
 
 
+class LivenessCapture:
+    """One liveness session streamed as a camera films it (blocking form).
+
+    ``start()`` sends START and returns its reply (``challenge``: what to show the
+    person); ``push(frame)`` sends each frame as the camera makes it, without waiting;
+    ``poll()`` gives the replies that have come since (findings and progress, to guide
+    the person live); ``end(frame)`` sends the last frame with END and returns the
+    verdict (``is_live``, ``score``, ``token``, ``status["reasons"]``). Every frame
+    goes to the model version that answered START. A frame the server refuses gets its
+    own error reply; the session goes on. One gRPC stream per capture.
+    """
+
+    def __init__(self, url: str, sequence_id: int | str | None = None,
+                 timeout_s: float = TIMEOUT_S) -> None:
+        self.sequence_id = sequence_id if sequence_id is not None else uuid.uuid4().hex
+        self.timeout_s = timeout_s
+        self.started: LivenessReply | None = None
+        self._stream = LivenessStream(url)
+        self._pending = 0  # requests sent whose reply has not been taken from the stream
+        self._ready: list[LivenessReply | Exception] = []  # taken, not yet polled
+
+    @property
+    def challenge(self) -> dict:
+        if self.started is None:
+            raise RuntimeError("start() the capture first")
+        return self.started.status["challenge"]
+
+    def start(self) -> LivenessReply:
+        """START; raises the server's error (e.g. UNAVAILABLE: too many sessions)."""
+        self._stream.send(self.sequence_id, b"", start=True)
+        reply = self._stream.receive(self.timeout_s)
+        if isinstance(reply, Exception):
+            raise reply
+        self.started = reply
+        return reply
+
+    def push(self, frame: bytes) -> None:
+        """Send one frame now; its reply comes through :meth:`poll`."""
+        self._send(frame, end=False)
+
+    def poll(self) -> list[LivenessReply | Exception]:
+        """The replies that have come since the last call, in the order sent."""
+        while self._pending:
+            try:
+                self._ready.append(self._stream.receive(0.0))
+            except queue.Empty:
+                break
+            self._pending -= 1
+        ready, self._ready = self._ready, []
+        return ready
+
+    def end(self, frame: bytes = b"") -> LivenessReply:
+        """Send ``frame`` (may be empty) with END and wait for the verdict; the replies of
+        earlier frames that come meanwhile stay for :meth:`poll`."""
+        self._send(frame, end=True)
+        while self._pending:
+            self._ready.append(self._stream.receive(self.timeout_s))
+            self._pending -= 1
+        final = self._ready.pop()
+        if isinstance(final, Exception):
+            raise final
+        return final
+
+    def _send(self, frame: bytes, end: bool) -> None:
+        if self.started is None:
+            raise RuntimeError("start() the capture first")
+        self._stream.send(self.sequence_id, frame, end=end,
+                          model_version=self.started.model_version)
+        self._pending += 1
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def __enter__(self) -> LivenessCapture:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncLivenessCapture:
+    """:class:`LivenessCapture` for asyncio (``tritonclient.grpc.aio``): ``await
+    start()``, ``await push(frame)``, ``async for reply in replies()`` (as they come,
+    until END's), ``await end(frame)``. Use ``async with``."""
+
+    def __init__(self, url: str, sequence_id: int | str | None = None,
+                 timeout_s: float = TIMEOUT_S) -> None:
+        import asyncio
+
+        import tritonclient.grpc.aio as aioclient
+
+        self.sequence_id = sequence_id if sequence_id is not None else uuid.uuid4().hex
+        self.timeout_s = timeout_s
+        self.started: LivenessReply | None = None
+        self._client = aioclient.InferenceServerClient(url)
+        self._requests: asyncio.Queue = asyncio.Queue()
+        self._replies: asyncio.Queue = asyncio.Queue()
+        self._pump: asyncio.Task | None = None
+        self._ended = False
+
+    @property
+    def challenge(self) -> dict:
+        if self.started is None:
+            raise RuntimeError("start() the capture first")
+        return self.started.status["challenge"]
+
+    async def start(self) -> LivenessReply:
+        import asyncio
+
+        self._pump = asyncio.create_task(self._read())
+        await self._requests.put(self._request(b"", start=True))
+        reply = await asyncio.wait_for(self._replies.get(), self.timeout_s)
+        if isinstance(reply, Exception):
+            raise reply
+        self.started = reply
+        return reply
+
+    async def push(self, frame: bytes) -> None:
+        await self._requests.put(self._request(frame))
+
+    async def replies(self):
+        """Each reply of a pushed frame as it comes, END's verdict included (which
+        :meth:`end` also returns); stops when the stream closes."""
+        import asyncio
+
+        while True:
+            reply = await asyncio.wait_for(self._replies.get(), self.timeout_s)
+            if reply is _CLOSED:
+                return
+            yield reply
+
+    async def end(self, frame: bytes = b"") -> LivenessReply:
+        """Send ``frame`` (may be empty) with END and wait for the verdict; the replies
+        of earlier frames go through :meth:`replies` (or :meth:`drain`)."""
+        import asyncio
+
+        self._ended = True
+        await self._requests.put(self._request(frame, end=True))
+        await self._requests.put(None)
+        if self._pump is None:
+            raise RuntimeError("start() the capture first")
+        final = await asyncio.wait_for(self._pump, self.timeout_s)
+        if isinstance(final, Exception):
+            raise final
+        return final
+
+    def drain(self) -> list[LivenessReply | Exception]:
+        """The replies that have come and were not taken by :meth:`replies`."""
+        out = []
+        while not self._replies.empty():
+            reply = self._replies.get_nowait()
+            if reply is not _CLOSED:
+                out.append(reply)
+        return out
+
+    def _request(self, frame: bytes, start: bool = False, end: bool = False) -> dict:
+        return {"model_name": MODEL, "inputs": [frame_input(frame)],
+                "model_version": self.started.model_version if self.started else "",
+                "sequence_id": self.sequence_id, "sequence_start": start,
+                "sequence_end": end}
+
+    async def _requests_sent(self):
+        while True:
+            request = await self._requests.get()
+            if request is None:
+                return
+            yield request
+
+    async def _read(self) -> LivenessReply | Exception | None:
+        """Every reply into the queue; returns the last one (END's verdict)."""
+        last = None
+        try:
+            async for result, error in self._client.stream_infer(self._requests_sent()):
+                last = error if error is not None else LivenessReply.from_result(result)
+                await self._replies.put(last)
+        except Exception as exc:  # the stream broke: its error is the last reply
+            last = exc
+            await self._replies.put(exc)
+        finally:
+            await self._replies.put(_CLOSED)
+        return last
+
+    async def close(self) -> None:
+        if self._pump is not None and not self._pump.done():
+            await self._requests.put(None)
+            self._pump.cancel()
+        await self._client.close()
+
+    async def __aenter__(self) -> AsyncLivenessCapture:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+_CLOSED = object()
+
+
 def run_session(url: str, make_frames: Callable[[dict], Sequence[bytes]],
                 sequence_id: int | str | None = None,
                 on_reply: Callable[[int, int, LivenessReply], None] | None = None,
                 fps: float | None = CAMERA_FPS) -> list[LivenessReply | Exception]:
     """START with no frame; ``make_frames(challenge)`` (what the app asks the person to
     do and films); every frame, at most ``fps`` a second (None: as fast as they go),
-    END on the last. One reply per request, START's first (only START's when it
-    failed); ``on_reply(k, n, reply)`` sees each frame's reply as it comes
-    (progress)."""
-    sid = sequence_id if sequence_id is not None else uuid.uuid4().hex
-    with LivenessStream(url) as stream:
-        stream.send(sid, b"", start=True)
-        started = stream.receive()
-        if isinstance(started, Exception):
-            return [started]
-        frames = make_frames(started.status["challenge"])
-        pacer = FramePacer(fps)
-        for k, frame in enumerate(frames):
-            pacer.wait(k)
-            stream.send(sid, frame, end=k == len(frames) - 1,
-                        model_version=started.model_version)
+    END on the last, through a :class:`LivenessCapture`. One reply per request, START's
+    first (only START's when it failed); ``on_reply(k, n, reply)`` sees each frame's
+    reply as it comes (progress)."""
+    with LivenessCapture(url, sequence_id) as capture:
+        try:
+            started = capture.start()
+        except Exception as exc:  # the server's answer to START
+            return [exc]
+        frames = list(make_frames(started.status["challenge"]))
         replies: list[LivenessReply | Exception] = [started]
-        for k in range(len(frames)):
-            reply = stream.receive()
-            replies.append(reply)
-            if on_reply is not None and not isinstance(reply, Exception):
-                on_reply(k + 1, len(frames), reply)
+
+        def take(ready: list[LivenessReply | Exception]) -> None:
+            for reply in ready:
+                replies.append(reply)
+                if on_reply is not None and not isinstance(reply, Exception):
+                    on_reply(len(replies) - 1, len(frames), reply)
+
+        pacer = FramePacer(fps)
+        for k, frame in enumerate(frames[:-1]):
+            pacer.wait(k)
+            capture.push(frame)
+            take(capture.poll())
+        if frames:
+            pacer.wait(len(frames) - 1)
+            try:
+                final: LivenessReply | Exception = capture.end(frames[-1])
+            except Exception as exc:  # the server's answer to END
+                final = exc
+            take([*capture.poll(), final])
         return replies
