@@ -108,6 +108,7 @@ def command_entry_points() -> list[EntryPoint]:
 def build_parser() -> argparse.ArgumentParser:
     from kyc.cli.tune import add_tune_parser
     from kyc.cli.verify import add_parsers as add_verify_parsers
+    from kyc.cli.web import add_web_parser
     from kyc.ops.cli import add_parsers as add_deploy_parsers
 
     parser = argparse.ArgumentParser(prog="kyc", description=__doc__)
@@ -120,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_parser(sub)
     add_tune_parser(sub)
     add_verify_parsers(sub)
+    add_web_parser(sub)
     add_deploy_parsers(sub)
     add_health_parser(sub)
     return parser

@@ -1,0 +1,139 @@
+"""The capture page's server, its pure parts: limits, origins, words, headers.
+
+The page itself, in a real browser against a real Triton server, is
+tests/integration/test_web.py."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from kyc.web import words
+from kyc.web.app import (
+    SECURITY_HEADERS,
+    BadInputError,
+    RateLimiter,
+    WebSettings,
+    advice,
+    client_address,
+    decode_image_field,
+    same_origin,
+    static_dir,
+)
+
+CHALLENGE = {"moves": ["left", "right", "left"],
+             "instructions": ["turn your head to your left", "turn your head to your right",
+                              "turn your head to your left"]}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_client_gets_its_rate_then_one_more_as_the_bucket_refills():
+    clock = Clock()
+    limiter = RateLimiter(clock)
+    assert all(limiter.allow("10.0.0.1", "session", 6) for _ in range(6))
+    assert not limiter.allow("10.0.0.1", "session", 6)
+    assert limiter.allow("10.0.0.2", "session", 6)  # another client has its own bucket
+    assert limiter.allow("10.0.0.1", "verify", 6)  # and another action
+    clock.now += 10.0  # a sixth of a minute: one more
+    assert limiter.allow("10.0.0.1", "session", 6)
+    assert not limiter.allow("10.0.0.1", "session", 6)
+
+
+def test_the_limiter_forgets_the_least_recent_clients_past_its_size():
+    limiter = RateLimiter(Clock(), max_clients=3)
+    for client in ("a", "b", "c", "d"):
+        limiter.allow(client, "session", 1)
+    assert not limiter.allow("d", "session", 1)
+    assert limiter.allow("a", "session", 1)  # forgotten: a fresh bucket
+
+
+def test_the_client_address_is_the_peer_unless_the_proxy_is_trusted():
+    scope = {"client": ("192.0.2.7", 5555)}
+    headers = {"x-forwarded-for": "203.0.113.9, 10.0.0.1"}
+    assert client_address(scope, headers, WebSettings()) == "192.0.2.7"
+    trusted = WebSettings(trust_forwarded_for=True)
+    assert client_address(scope, headers, trusted) == "203.0.113.9"
+    assert client_address(scope, {}, trusted) == "192.0.2.7"
+
+
+@pytest.mark.parametrize("origin,host,allowed", [
+    ("http://127.0.0.1:8080", "127.0.0.1:8080", True),
+    ("https://kyc.example.com", "kyc.example.com", True),
+    ("https://evil.example.net", "kyc.example.com", False),
+    (None, "kyc.example.com", False),
+])
+def test_a_websocket_from_another_sites_page_is_refused(origin, host, allowed):
+    headers = {"host": host} | ({"origin": origin} if origin else {})
+    assert same_origin(headers) is allowed
+
+
+def test_the_advice_says_what_to_do_next_in_plain_words():
+    progress = {"moves_done": 1, "moves": 3, "next": "right"}
+    assert advice({"frame": {"face_found": False}, "progress": progress}, CHALLENGE) \
+        == "We cannot see your face: look at the camera."
+    assert advice({"frame": {"face_found": True, "faces": 2}, "progress": progress},
+                  CHALLENGE) == "Only you should be in the picture."
+    assert advice({"frame": {"face_found": True, "faces": 1, "sharp": False},
+                   "progress": progress}, CHALLENGE) == "Hold the phone still."
+    assert advice({"frame": {"face_found": True, "faces": 1, "sharp": True},
+                   "progress": progress}, CHALLENGE) \
+        == "Turn your head to your right (2 of 3), then back to the camera."
+    done = {"moves_done": 3, "moves": 3, "next": None}
+    assert advice({"frame": {"face_found": True, "faces": 1, "sharp": True},
+                   "progress": done}, CHALLENGE) == "Well done. Now look at the camera."
+
+
+def test_every_reason_the_pipeline_gives_has_plain_words():
+    from kyc.decision.policy import REASONS
+    from kyc.liveness.session import REASONS as LIVENESS_REASONS
+
+    codes = set(REASONS) | set(LIVENESS_REASONS.values())
+    assert codes <= set(words.REASON)
+    assert all(text.endswith(".") and "_" not in text for text in words.REASON.values())
+    assert words.reasons(["face_mismatch"]) == [
+        {"code": "face_mismatch", "text": words.REASON["face_mismatch"]}]
+    assert set(words.DECISION) == {"approve", "review", "reject"}
+
+
+def test_an_uploaded_image_is_base64_within_its_limit():
+    good = base64.b64encode(b"\xff\xd8" + b"x" * 100).decode()
+    assert decode_image_field({"document": good}, "document", 1000) == b"\xff\xd8" + b"x" * 100
+    assert decode_image_field({}, "liveness_token", 10, required=False) == b""
+    for body, code in (({"document": "not base64!"}, "bad_image"),
+                       ({"document": 12}, "bad_image"), ({}, "bad_image"),
+                       ({"document": base64.b64encode(b"x" * 2000).decode()}, "too_large")):
+        with pytest.raises(BadInputError) as refused:
+            decode_image_field(body, "document", 1000)
+        assert refused.value.code == code
+
+
+def test_the_page_allows_only_its_own_script_style_camera_and_server():
+    policy = SECURITY_HEADERS["content-security-policy"]
+    assert "default-src 'none'" in policy and "script-src 'self'" in policy
+    assert "unsafe-inline" not in policy and "unsafe-eval" not in policy
+    assert "frame-ancestors 'none'" in policy and "connect-src 'self'" in policy
+    assert SECURITY_HEADERS["permissions-policy"].startswith("camera=(self)")
+    assert SECURITY_HEADERS["referrer-policy"] == "no-referrer"
+
+
+def test_the_page_is_package_data_with_no_inline_script_and_no_other_host():
+    import re
+
+    files = {p.name: p.read_text(encoding="utf-8") for p in static_dir().iterdir()}
+    assert {"index.html", "app.js", "app.css"} <= set(files)
+    page = files["index.html"]
+    assert re.search(r"<script(?![^>]*\bsrc=)[^>]*>", page) is None  # no inline script
+    assert "style=" not in page and "onclick" not in page
+    for name, text in files.items():
+        assert re.search(r"https?://(?!www\.w3\.org)", text) is None, name  # no CDN
+    # the testable contract of the page
+    assert 'data-kyc-state="camera"' in page and 'id="kyc-decision"' in page
+    assert re.search(r'<input type="file" name="document"', page)
