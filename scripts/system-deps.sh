@@ -7,6 +7,8 @@
 # With --test, also what `make test` needs to check deploy/ (not setup, not the image):
 #   prometheus         promtool checks and unit-tests deploy/prometheus; the integration
 #                      test runs a real Prometheus (installing it does not start it)
+#   chromium           the capture page's test in a real headless browser (Playwright
+#                      drives it; a fake camera plays a rendered video)
 # With --image-base, also what `make image-base-cpu` needs:
 #   debootstrap        the Debian root file system of the CPU stand-in base
 # With KYC_DEBS_DIR set (the image's build stage, which has no network), missing packages
@@ -23,7 +25,7 @@ if [ "${2:-}" = "--image-debs" ]; then
   exit 0
 fi
 wanted=("${image_debs[@]}" "libpython${py}")
-[ "${2:-}" = "--test" ] && wanted+=(prometheus)
+[ "${2:-}" = "--test" ] && wanted+=(prometheus chromium)
 # perf_analyzer (scripts/perf-analyzer.sh) links libb64.
 [ "${2:-}" = "--perf-analyzer" ] && wanted+=(libb64-0d)
 [ "${2:-}" = "--image-base" ] && wanted+=(debootstrap)

@@ -308,3 +308,33 @@ def test_without_kyc_admin_key_the_image_exits_at_once_naming_it():
     assert "KYC_ADMIN_KEY" in result.stderr
     assert "READY" not in result.stdout + result.stderr
 
+
+
+def test_the_image_serves_the_capture_page_read_only_as_deploy_web_runs_it(container, photos):
+    """deploy/kubernetes/components/web: the same image, `kyc web` as its command, read
+    only, no capabilities; the page and its verify endpoint reach the container's Triton."""
+    port = free_port()
+    name = f"kyc-web-{uuid.uuid4().hex[:8]}"
+    docker("run", "-d", "--name", name, "--network", "host", "--read-only", "--tmpfs", "/tmp",
+           "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--entrypoint", "kyc",
+           IMAGE, "web", "--url", container.options.grpc_url, "--port", str(port))
+    try:
+        page = f"http://127.0.0.1:{port}/"
+        deadline = time.monotonic() + 60
+        while http(page + "healthz") != 200:
+            assert time.monotonic() < deadline, docker("logs", name, check=False).stderr
+            time.sleep(0.3)
+        with urllib.request.urlopen(page, timeout=10) as response:
+            assert b'data-kyc-state="camera"' in response.read()
+            assert response.headers["content-security-policy"].startswith("default-src")
+        body = json.dumps({"document": base64.b64encode(document(photos, 6)).decode(),
+                           "selfie": base64.b64encode(
+                               photos["person_a_2"].read_bytes()).decode()}).encode()
+        request = urllib.request.Request(page + "api/verify", data=body, method="POST",
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=120) as response:
+            answer = json.loads(response.read())
+        assert answer["decision"] == "review"
+        assert [r["code"] for r in answer["reasons"]] == ["liveness_missing"]
+    finally:
+        docker("rm", "-f", name, check=False)

@@ -14,12 +14,12 @@ from kyc_testing import PROJECT_ROOT
 pytestmark = pytest.mark.integration
 
 
-def readme_snippet(heading: str) -> str:
+def readme_snippet(heading: str, index: int = 0) -> str:
     text = (PROJECT_ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split(f"## {heading}\n", 1)[1]
-    match = re.search(r"```python\n(.*?)```", section, re.S)
-    assert match, f"no python snippet under '## {heading}'"
-    return match.group(1)
+    section = text.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    snippets = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(snippets) > index, f"no python snippet {index} under '## {heading}'"
+    return snippets[index]
 
 
 def run_snippet(code: str) -> str:
@@ -61,7 +61,9 @@ def test_the_document_snippet_reads_a_rendered_document(server, tmp_path):
     assert printed[1] == f"{doc.fields['document_number']} {doc.fields['expiry_date']}"
 
 
-def test_the_liveness_snippet_streams_a_session_to_a_verdict(server, client):
+def person_setup(client) -> str:
+    """Code that defines IMAGE and BOX: a real photo and its face, from which the
+    person's frames are rendered by the documented warp (tests only)."""
     import numpy as np
     import tritonclient.grpc as grpcclient
 
@@ -69,11 +71,13 @@ def test_the_liveness_snippet_streams_a_session_to_a_verdict(server, client):
     tensor = grpcclient.InferInput("IMAGE", [1, 1], "BYTES")
     tensor.set_data_from_numpy(np.array([[path.read_bytes()]], dtype=np.object_))
     box = client.infer("face_preprocess", [tensor]).as_numpy("BOX")[0].tolist()
-    # The person's frames: rendered by the documented warp (tests only).
-    setup = ("from kyc.liveness.synthetic import turn_sequence\n"
-             "import numpy as np\nfrom PIL import Image\n"
-             f"IMAGE = np.asarray(Image.open({str(path)!r}).convert('RGB'))\nBOX = {box!r}\n")
-    code = setup + (readme_snippet("Liveness (for app developers)")
+    return ("import time\nfrom kyc.liveness.synthetic import turn_sequence\n"
+            "import numpy as np\nfrom PIL import Image\n"
+            f"IMAGE = np.asarray(Image.open({str(path)!r}).convert('RGB'))\nBOX = {box!r}\n")
+
+
+def test_the_liveness_snippet_streams_a_session_to_a_verdict(server, client):
+    code = person_setup(client) + (readme_snippet("Liveness (for app developers)")
                     .replace('"localhost:8001"', repr(server.options.grpc_url))
                     .replace("return frames", "return turn_sequence(IMAGE, BOX, "
                              "challenge['moves'])"))
@@ -95,3 +99,24 @@ def test_the_verification_snippet_prints_a_decision_with_reasons(server, tmp_pat
             .replace('"selfie.jpg"', repr(str(samples / "selfie.jpg"))))
     decision, rest = run_snippet(code).strip().split(" ", 1)
     assert decision == "review" and rest.startswith("['liveness_missing'] 0."), rest
+
+
+def test_the_capture_snippet_streams_a_camera_and_verifies_with_its_token(
+        server, client, tmp_path):
+    from kyc.cli import main
+
+    assert main(["samples", "--out", str(tmp_path)]) == 0
+    # A camera: the person's frames, 15 a second.
+    setup = person_setup(client) + (
+        "def camera():\n"
+        "    for frame in turn_sequence(IMAGE, BOX, capture.challenge['moves']):\n"
+        "        time.sleep(1 / 15)\n"
+        "        yield frame\n")
+    code = setup + (readme_snippet("Liveness (for app developers)", 1)
+                    .replace('"localhost:8001"', repr(server.options.grpc_url))
+                    .replace('"document.jpg"', repr(str(tmp_path / "document.jpg")))
+                    .replace('"selfie.jpg"', repr(str(tmp_path / "selfie.jpg"))))
+    printed = run_snippet(code).splitlines()
+    assert printed[0].startswith("['turn your head to your"), printed
+    assert any("'moves_done': 3" in line for line in printed[1:-2]), printed
+    assert printed[-2] == "True []" and printed[-1] == "approve []", printed
