@@ -26,6 +26,7 @@ from kyc_testing import PROJECT_ROOT, SHIPPED_REPOSITORY
 KUBERNETES_VERSION = "1.32"  # the kubectl of these machines; kubernetes-validate ships it
 DEPLOY = PROJECT_ROOT / "deploy"
 OVERLAYS = ("kubernetes/overlays/gpu", "kubernetes/overlays/cpu")
+WEB = "kubernetes/overlays/cpu-web"  # the cpu overlay with components/web (the capture page)
 KSERVE = "kserve"
 CONTRACT = PROJECT_ROOT.parent / "shared" / "notes" / "contract.md"
 
@@ -200,7 +201,7 @@ def test_a_removed_server_drains_open_liveness_sessions_before_it_is_killed(targ
     assert pre_stop + options.drain_secs + options.stop_grace < grace
 
 
-@pytest.mark.parametrize("target", (*OVERLAYS, KSERVE))
+@pytest.mark.parametrize("target", (*OVERLAYS, KSERVE, WEB))
 def test_every_pod_meets_the_restricted_pod_security_standard(target):
     for resource in rendered(target):
         if resource["kind"] == "ServingRuntime":
@@ -340,3 +341,38 @@ def test_only_the_gpu_overlay_asks_for_a_gpu():
             "restricted"
         assert {r["metadata"].get("namespace") for r in rendered(target)
                 if r["kind"] != "Namespace"} == {namespace["metadata"]["name"]}
+
+
+# -- the capture page (components/web) ----------------------------------------------------
+def test_the_web_component_validates_and_adds_only_the_page_to_the_overlay():
+    resources = rendered(WEB)
+    for resource in resources:
+        assert kubernetes_validate.validate(resource, KUBERNETES_VERSION, strict=True)
+    names = {(r["kind"], r["metadata"]["name"]) for r in resources}
+    cpu = {(r["kind"], r["metadata"]["name"]) for r in rendered("kubernetes/overlays/cpu")}
+    assert names - cpu == {("Deployment", "kyc-web"), ("Service", "kyc-web"),
+                           ("Ingress", "kyc-web")}
+    assert {r["metadata"].get("namespace") for r in resources if r["kind"] != "Namespace"} \
+        == {"kyc-staging"}
+
+
+def test_the_page_is_the_only_public_entry_and_reaches_triton_over_the_cluster_network():
+    resources = rendered(WEB)
+    web = container(one(resources, "Deployment", "kyc-web"), "web")
+    assert web["image"] == container(server(resources))["image"]  # one image
+    args = build_parser().parse_args(web["command"][1:])
+    assert args.func.__name__ == "cmd_web" and args.host == "0.0.0.0"
+    host, port = args.url.rsplit(":", 1)
+    triton = one(resources, "Service", "kyc-triton")
+    assert host == "kyc-triton" and int(port) == next(
+        p["port"] for p in triton["spec"]["ports"] if p["name"] == "grpc")
+    assert args.trust_forwarded_for  # behind the Ingress controller
+    assert web["ports"] == [{"name": "web", "containerPort": args.port, "protocol": "TCP"}]
+    assert web["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "web"}
+    # nothing but the page is exposed: the Services are ClusterIP, the Ingress goes to kyc-web
+    assert {s["spec"]["type"] for s in resources if s["kind"] == "Service"
+            and s["spec"].get("clusterIP") != "None"} == {"ClusterIP"}
+    ingress = one(resources, "Ingress", "kyc-web")
+    backends = {path["backend"]["service"]["name"] for rule in ingress["spec"]["rules"]
+                for path in rule["http"]["paths"]}
+    assert backends == {"kyc-web"} and ingress["spec"]["tls"]
