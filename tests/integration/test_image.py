@@ -321,7 +321,12 @@ def test_the_image_serves_the_capture_page_read_only_as_deploy_web_runs_it(conta
     try:
         page = f"http://127.0.0.1:{port}/"
         deadline = time.monotonic() + 60
-        while http(page + "healthz") != 200:
+        while True:
+            try:
+                if http(page + "healthz") == 200:
+                    break
+            except OSError:  # not listening yet
+                pass
             assert time.monotonic() < deadline, docker("logs", name, check=False).stderr
             time.sleep(0.3)
         with urllib.request.urlopen(page, timeout=10) as response:
