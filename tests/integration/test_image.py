@@ -288,15 +288,21 @@ def test_no_personal_data_in_docker_logs(container):
     assert container.admin_key not in text
 
 
-def test_it_serves_read_only_without_capabilities_as_the_kubernetes_pods_run_it(photos):
-    """deploy/kubernetes: read-only root file system with /tmp an emptyDir, every
-    capability dropped, no privilege escalation; /models is then read-only too."""
+@pytest.fixture(scope="module")
+def strict():
+    """The image as deploy/kubernetes runs it: read-only root file system with /tmp an
+    emptyDir, every capability dropped, no privilege escalation; /models is then read-only
+    too. Its own container: `container` is stopped by the docker stop test."""
     require_image()
     with running("--read-only", "--tmpfs", "/tmp", "--cap-drop", "ALL",
-                 "--security-opt", "no-new-privileges") as strict:
-        doc = document(photos, 5)
-        report = verify(strict.client, doc, photos["person_a_2"].read_bytes())
-        assert report["decision"] == "review" and report["reasons"] == ["liveness_missing"]
+                 "--security-opt", "no-new-privileges") as one:
+        yield one
+
+
+def test_it_serves_read_only_without_capabilities_as_the_kubernetes_pods_run_it(strict, photos):
+    doc = document(photos, 5)
+    report = verify(strict.client, doc, photos["person_a_2"].read_bytes())
+    assert report["decision"] == "review" and report["reasons"] == ["liveness_missing"]
 
 
 def test_without_kyc_admin_key_the_image_exits_at_once_naming_it():
@@ -309,15 +315,14 @@ def test_without_kyc_admin_key_the_image_exits_at_once_naming_it():
     assert "READY" not in result.stdout + result.stderr
 
 
-
-def test_the_image_serves_the_capture_page_read_only_as_deploy_web_runs_it(container, photos):
+def test_the_image_serves_the_capture_page_read_only_as_deploy_web_runs_it(strict, photos):
     """deploy/kubernetes/components/web: the same image, `kyc web` as its command, read
     only, no capabilities; the page and its verify endpoint reach the container's Triton."""
     port = free_port()
     name = f"kyc-web-{uuid.uuid4().hex[:8]}"
     docker("run", "-d", "--name", name, "--network", "host", "--read-only", "--tmpfs", "/tmp",
            "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--entrypoint", "kyc",
-           IMAGE, "web", "--url", container.options.grpc_url, "--port", str(port))
+           IMAGE, "web", "--url", strict.options.grpc_url, "--port", str(port))
     try:
         page = f"http://127.0.0.1:{port}/"
         deadline = time.monotonic() + 60
