@@ -202,11 +202,24 @@ def to_onnx(model: Pipeline, trained_on: str, metrics: str) -> onnx.ModelProto:
     return onnx_model
 
 
+def write_cases_csv(path: Path, count: int, seed: int) -> Path:
+    """``count`` cases of the generator as a CSV: the feature columns, ``label`` (1 =
+    fraud) and ``kind`` (what :func:`read_csv` and ``kyc eval antifraud`` read)."""
+    x, y, kinds = synthetic_cases(count, seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow([*FEATURES, "label", "kind"])
+        for row, label, kind in zip(x, y, kinds, strict=True):
+            writer.writerow([f"{v:.6g}" for v in row] + [int(label), kind])
+    return path
+
+
 def read_csv(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """Features and labels of a labelled CSV with exactly the FEATURES columns and label."""
     with open(path, newline="", encoding="utf-8") as handle:
         reader = csv.DictReader(handle)
-        columns = set(reader.fieldnames or ())
+        columns = set(reader.fieldnames or ()) - {"kind"}  # optional: the kind of case
         expected = {*FEATURES, "label"}
         if columns != expected:
             missing, extra = sorted(expected - columns), sorted(columns - expected)

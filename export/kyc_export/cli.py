@@ -180,7 +180,8 @@ def _add_antifraud_parser(actions: argparse._SubParsersAction) -> None:
         "the repository's antifraud/1 unless it is there already; `train` trains on the "
         "generator or on your labelled CSV (the feature columns and label, 1 = fraud).",
     )
-    steps = antifraud.add_subparsers(dest="antifraud_action", metavar="{install,train}")
+    steps = antifraud.add_subparsers(dest="antifraud_action",
+                                     metavar="{install,train,cases}")
     steps.required = True
     install = steps.add_parser("install", help="the default model into antifraud/1")
     _add_repository_option(install)
@@ -192,6 +193,19 @@ def _add_antifraud_parser(actions: argparse._SubParsersAction) -> None:
     target.add_argument("--publish", action="store_true",
                         help="publish as the next version of antifraud")
     _add_repository_option(train)
+    cases = steps.add_parser("cases", help="write labelled cases of the synthetic generator "
+                             "as a CSV (for `kyc eval antifraud`; another seed than the "
+                             "installed model was trained on)")
+    cases.add_argument("--out", type=Path, metavar="FILE", required=True)
+    cases.add_argument("--count", type=int, default=2000)
+    cases.add_argument("--seed", type=int, default=antifraud_cases_seed())
+
+
+def antifraud_cases_seed() -> int:
+    """The default seed of `cases`: not the training seed (held-out cases)."""
+    from . import antifraud
+
+    return antifraud.DEFAULT_SEED + 1
 
 
 def _add_antispoof_source(parser: argparse.ArgumentParser) -> None:
@@ -334,6 +348,13 @@ def _antifraud(args: argparse.Namespace) -> int:
     if spec["generator"] != antifraud.GENERATOR_VERSION:
         raise KycExportError(f"the manifest pins generator {spec['generator']}, the code is "
                              f"{antifraud.GENERATOR_VERSION}: update one of them")
+    if args.antifraud_action == "cases":
+        if args.seed == int(spec["seed"]):
+            _progress("antifraud cases: the installed model was trained on this seed: its "
+                      "figures on them are not held out")
+        path = antifraud.write_cases_csv(args.out, args.count, args.seed)
+        print(f"wrote {path} ({args.count} cases, seed {args.seed})")
+        return 0
     if args.antifraud_action == "install":
         target = Path(args.repository) / antifraud.MODEL_NAME / "1" / "model.onnx"
         expected = f"{spec['generator']} seed {spec['seed']} cases {spec['cases']}"

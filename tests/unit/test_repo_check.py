@@ -255,3 +255,12 @@ def test_check_reports_a_python_model_parameter_naming_a_missing_model(tmp_path)
     problems = [str(p) for p in check_repository(tmp_path)]
     assert any("face_preprocess/config.pbtxt: parameter limits_model names model 'kyc_intake'"
                in p for p in problems), problems
+
+
+def test_check_refuses_a_fixed_liveness_challenge(tiny_repository):
+    """kyc.liveness's `challenge` parameter is for `kyc eval liveness`'s private server:
+    served, every session would get the same challenge and a replayed clip would pass."""
+    set_config(tiny_repository, "echo", 'name: "echo"',
+               'name: "echo"\nparameters { key: "challenge" value: { string_value: "left" } }')
+    (message,) = messages(tiny_repository)
+    assert message.startswith("repo/echo/config.pbtxt: parameter 'challenge' fixes every")

@@ -106,6 +106,7 @@ def command_entry_points() -> list[EntryPoint]:
 
 # -- parser -------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
+    from kyc.cli.eval import add_eval_parser
     from kyc.cli.tune import add_tune_parser
     from kyc.cli.verify import add_parsers as add_verify_parsers
     from kyc.cli.web import add_web_parser
@@ -120,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_command_plugins(sub)
     add_bench_parser(sub)
     add_tune_parser(sub)
+    add_eval_parser(sub)
     add_verify_parsers(sub)
     add_web_parser(sub)
     add_deploy_parsers(sub)

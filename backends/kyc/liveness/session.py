@@ -71,6 +71,11 @@ class LivenessSettings:
     antispoof_size: int = 80
     moves: str = "left,right"
     challenge_length: int = 3
+    # A fixed challenge (moves in order) instead of a drawn one: only for measuring
+    # recorded sequences (`kyc eval liveness` loads it into its private server). A
+    # predictable challenge lets a replayed clip pass: `kyc repo check` refuses it in
+    # a repository, and the model logs a warning when it is set.
+    challenge: str = ""
     amplitude_deg: float = 12.0
     centre_deg: float = 6.0
     min_hold_frames: int = 2

@@ -66,6 +66,7 @@ class LivenessStep:
     def __init__(self, context: StepContext) -> None:
         self.settings = context.settings(LivenessSettings)
         self.moves = parse_moves(self.settings.moves)
+        self.fixed = parse_moves(self.settings.challenge) if self.settings.challenge else None
         face = dataclasses.replace(
             context.model_settings(FaceSettings, self.settings.face_model),
             detector_size=self.settings.detector_size, try_rotations=self.settings.try_rotations,
@@ -90,6 +91,10 @@ class LivenessStep:
                  context.model, ",".join(self.moves), self.settings.challenge_length,
                  self.settings.antispoof_model or PAD_NOT_CONFIGURED,
                  self.settings.max_sessions, self.settings.idle_ttl_s)
+        if self.fixed:
+            log.warning("%s: every session gets the FIXED challenge %s (for measuring "
+                        "recorded sequences only: a replayed clip passes it)", context.model,
+                        ",".join(self.fixed))
 
     @classmethod
     def from_context(cls, context: StepContext) -> LivenessStep:
@@ -141,7 +146,7 @@ class LivenessStep:
     def _bind(self, item: _Item, now: float) -> None:
         """The item's session: a new one at START, the live one otherwise."""
         if item.start:
-            challenge = draw_challenge(self.moves, self.settings.challenge_length)
+            challenge = self.fixed or draw_challenge(self.moves, self.settings.challenge_length)
             try:
                 self.store.start(item.sid, Session(challenge, now, now))
             except SessionLimitError as exc:

@@ -201,6 +201,12 @@ def _check_config(
                 except ConfigError as exc:
                     problems.append(Problem(_rel(alt, root), f"not a valid model config: {exc}"))
     problems.extend(_check_trt_profiles(config, where))
+    if "challenge" in config.parameters and config.parameters["challenge"].string_value.strip():
+        # kyc.liveness.session.LivenessSettings.challenge: `kyc eval liveness` sets it in
+        # its private server only; served, every session would get the same challenge.
+        problems.append(Problem(where, "parameter 'challenge' fixes every liveness "
+                                       "challenge (a replayed clip would pass): leave it "
+                                       "empty; it is for `kyc eval liveness` only"))
     return problems
 
 

