@@ -206,3 +206,35 @@ def write_model(root: Path, name: str, config: str, model_py: str | None = None)
     (root / name / "config.pbtxt").write_text(textwrap.dedent(config))
     if model_py is not None:
         (root / name / "1" / "model.py").write_text(textwrap.dedent(model_py))
+
+
+def ensemble_customers(seed: int) -> list[tuple[bytes, bytes]]:
+    """(document, selfie) pairs for kyc_ensemble: rendered TD3 documents with a real
+    portrait (person_a_1), and real selfies of the same person and of two others."""
+    import numpy as np
+    from PIL import Image
+
+    from kyc.assets.fetch import fetch_test_photos
+    from kyc.document.synthetic import Degradation, random_identity, render_document
+
+    photos = fetch_test_photos()
+    rng = np.random.default_rng(seed)
+    portrait = np.asarray(Image.open(photos["person_a_1"]).convert("RGB"))
+    out = []
+    for selfie in ("person_a_2", "person_b_1", "impostor_1"):
+        document = render_document(random_identity(rng), "td3", portrait, Degradation(), rng)
+        out.append((document.jpeg_bytes(), photos[selfie].read_bytes()))
+    return out
+
+
+def ensemble_inputs(document: bytes, selfie: bytes, token: bytes = b"") -> list:
+    """kyc_ensemble's three BYTES inputs for one customer."""
+    import numpy as np
+
+    tensors = []
+    for name, value in (("DOCUMENT_IMAGE", document), ("SELFIE_IMAGE", selfie),
+                        ("LIVENESS_TOKEN", token)):
+        tensor = grpcclient.InferInput(name, [1, 1], "BYTES")
+        tensor.set_data_from_numpy(np.array([[value]], dtype=np.object_))
+        tensors.append(tensor)
+    return tensors

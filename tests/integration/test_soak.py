@@ -16,14 +16,11 @@ import statistics
 import threading
 import time
 
-import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from PIL import Image
 
-from kyc.assets.fetch import fetch_test_photos
 from kyc.bench.core import process_memory
-from kyc.document.synthetic import Degradation, random_identity, render_document
+from kyc_testing import ensemble_customers, ensemble_inputs
 from loadgen import closed_loop_rate, run_open_loop, split_by_time, summarize, triton_starter
 
 pytestmark = pytest.mark.integration
@@ -45,25 +42,7 @@ def soak_seconds() -> float:
 
 @pytest.fixture(scope="module")
 def customers() -> list[tuple[bytes, bytes]]:
-    """(document, selfie) pairs: rendered documents with a real portrait, real selfies."""
-    photos = fetch_test_photos()
-    rng = np.random.default_rng(8)
-    portrait = np.asarray(Image.open(photos["person_a_1"]).convert("RGB"))
-    out = []
-    for selfie in ("person_a_2", "person_b_1", "impostor_1"):
-        document = render_document(random_identity(rng), "td3", portrait, Degradation(), rng)
-        out.append((document.jpeg_bytes(), photos[selfie].read_bytes()))
-    return out
-
-
-def ensemble_inputs(document: bytes, selfie: bytes) -> list:
-    tensors = []
-    for name, value in (("DOCUMENT_IMAGE", document), ("SELFIE_IMAGE", selfie),
-                        ("LIVENESS_TOKEN", b"")):
-        tensor = grpcclient.InferInput(name, [1, 1], "BYTES")
-        tensor.set_data_from_numpy(np.array([[value]], dtype=np.object_))
-        tensors.append(tensor)
-    return tensors
+    return ensemble_customers(8)
 
 
 class MemorySampler:

@@ -89,7 +89,7 @@ def test_close_drops_the_metrics_before_their_families(families):
     metrics = SessionMetrics("liveness_sequence", "1")
     metrics.close()
     metrics.started()  # after close: nothing, no error
-    assert metrics._metrics == {} and metrics._families == []
+    assert metrics._metrics._metrics == {} and metrics._metrics._families == []
 
 
 def test_the_gauge_holds_the_sessions_of_every_instance_and_an_instance_closing_leaves(

@@ -287,6 +287,7 @@ def run_bench(options: BenchOptions) -> dict[str, Any]:
     else:
         with tempfile.TemporaryDirectory(prefix="kyc-bench-") as tmp:
             repository = copy_repository(options.model_repository, Path(tmp) / "models")
+            admission_off(repository)
             with running_server(repository, Path(tmp) / "tritonserver.log") as server:
                 assert server.process is not None
                 bench = Bench(options, server.options.grpc_url, server.admin_key, repository,
@@ -295,7 +296,29 @@ def run_bench(options: BenchOptions) -> dict[str, Any]:
                 memory = bench.memory
     report = summarize(bench.scenarios, options, started_at, host, memory, bench.extra)
     report["settings"]["load_generators"] = load_generators(bench.scenarios)
+    report["settings"]["admission_control"] = ADMISSION_NOTE if options.url is None else (
+        "as the server at --url is configured")
     return report
+
+
+ADMISSION_NOTE = ("off in the bench's copy of the repository: the bench measures what the "
+                  "server can carry up to concurrency 16; kyc_intake's admission control "
+                  "(on in the shipped config) would refuse the customers past its limit, "
+                  "which tests/integration/test_admission.py measures")
+
+
+def admission_off(repository: Path) -> None:
+    """kyc_intake's ``admission`` parameter set to false in the bench's copy."""
+    from kyc.repo.config_edit import edit_config
+
+    path = repository / "kyc_intake" / "config.pbtxt"
+    if not path.is_file():
+        return
+
+    def change(config) -> None:
+        config.parameters["admission"].string_value = "false"
+
+    path.write_text(edit_config(path.read_text(), change))
 
 
 def load_generators(scenarios: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from datetime import date
@@ -25,6 +26,8 @@ import numpy as np
 
 from kyc.decision.features import FEATURES, FEATURES_VERSION, Observation, vector
 from kyc.decision.policy import DecisionSettings, Findings, LivenessEvidence, decide
+from kyc.intake import ADMISSION_OUTPUT as ADMISSION_INPUT
+from kyc.intake.admission import SharedAdmission, Ticket
 from kyc.liveness.token import TokenError, TokenExpiredError, TokenSealer, load_key
 from kyc.pipeline.modelconfig import Repository
 from kyc.pipeline.step import Answer, Request, RequestError, StepContext, require
@@ -78,12 +81,14 @@ class DecisionStep:
 
     def __init__(self, settings: DecisionSettings, match_threshold: float,
                  sealer: TokenSealer, score: FraudScorer,
-                 today: Callable[[], date] = date.today) -> None:
+                 today: Callable[[], date] = date.today,
+                 admission: SharedAdmission | None = None) -> None:
         self.settings = settings
         self.match_threshold = match_threshold
         self.sealer = sealer
         self.score = score
         self.today = today
+        self.admission = admission  # kyc_intake's tickets, given back here
 
     @classmethod
     def from_context(cls, context: StepContext) -> DecisionStep:
@@ -95,10 +100,25 @@ class DecisionStep:
         check_antifraud_features(context.repository, settings.antifraud_model)
         antifraud = context.callee(settings.antifraud_model, ["FRAUD_SCORE"])
         return cls(settings, match_threshold, TokenSealer(load_key(context.environ)),
-                   lambda features: antifraud({"FEATURES": features})["FRAUD_SCORE"])
+                   lambda features: antifraud({"FEATURES": features})["FRAUD_SCORE"],
+                   admission=SharedAdmission.for_server(None) if context.in_server else None)
+
+    def give_back(self, requests: Sequence[Request]) -> None:
+        """Give back the admission tickets of the customers of ``requests`` (their work
+        is done but for this step's)."""
+        if self.admission is None:
+            return
+        now = time.time()
+        for request in requests:
+            tickets = request.inputs.get(ADMISSION_INPUT)
+            for slot, generation in np.asarray(tickets if tickets is not None else [],
+                                               np.int64).reshape(-1, 2):
+                if slot >= 0:
+                    self.admission.release(Ticket(int(slot), int(generation)), now)
 
     def run(self, requests: Sequence[Request]) -> list[Answer]:
         """One answer per request, in order."""
+        self.give_back(requests)
         today = self.today()
         prepared: list[Any] = []
         for request in requests:

@@ -20,22 +20,40 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kyc.image import ImageError, ImageLimits, check_image
+from kyc.intake.admission import AdmissionSettings
 
 IMAGE_INPUTS = ("DOCUMENT_IMAGE", "SELFIE_IMAGE")
 OUTPUT_PREFIX = "CHECKED_"  # each output: its input, passed on unchanged
 
 
+ADMISSION_OUTPUT = "ADMISSION"  # the customer's ticket, to kyc_decision (int64 [2])
+_ADMISSION = AdmissionSettings()
+
+
 @dataclass(frozen=True)
 class IntakeSettings:
     """``kyc_intake`` parameters: the strictest limits of the steps after it (a unit
-    test holds them to ``face_preprocess`` and ``ocr_preprocess``)."""
+    test holds them to ``face_preprocess`` and ``ocr_preprocess``), and the admission
+    control of ``kyc_ensemble`` (:mod:`kyc.intake.admission`; defaults there)."""
 
     max_image_bytes: int = 20 * 1024 * 1024
     max_image_pixels: int = 40_000_000
+    admission: bool = _ADMISSION.enabled
+    admission_target_s: float = _ADMISSION.target_s
+    admission_ttl_s: float = _ADMISSION.ttl_s
+    admission_initial_limit: float = _ADMISSION.initial_limit
+    admission_min_limit: float = _ADMISSION.min_limit
+    admission_max_limit: float = _ADMISSION.max_limit
 
     @property
     def limits(self) -> ImageLimits:
         return ImageLimits(self.max_image_bytes, self.max_image_pixels, work_max_side=0)
+
+    @property
+    def admission_settings(self) -> AdmissionSettings:
+        return AdmissionSettings(self.admission, self.admission_target_s, self.admission_ttl_s,
+                                 self.admission_initial_limit, self.admission_min_limit,
+                                 self.admission_max_limit)
 
 
 def check_images(images: Sequence[tuple[str, bytes]], limits: ImageLimits) -> str | None:

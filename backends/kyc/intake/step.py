@@ -4,16 +4,40 @@ Gather the rows of every request -> check each row's two images -> scatter: a ro
 whose image is bad answers its request with INVALID_ARG (``DOCUMENT_IMAGE: ...``),
 the others pass their images on unchanged (``CHECKED_DOCUMENT_IMAGE``,
 ``CHECKED_SELFIE_IMAGE``). No model is called.
+
+Then admission control (:mod:`kyc.intake.admission`): each request whose images pass
+takes a ticket per row, passed on as ``ADMISSION`` to ``kyc_decision``, or is refused
+at once with UNAVAILABLE when the server has as many customers in flight as it can
+finish inside their budget. Bad images are answered before admission: they never
+hold a place.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from kyc.intake import IMAGE_INPUTS, OUTPUT_PREFIX, IntakeSettings, check_images
-from kyc.pipeline.step import Answer, Request, RequestError, StepContext, batched, encoded_items
+from kyc.intake import (
+    ADMISSION_OUTPUT,
+    IMAGE_INPUTS,
+    OUTPUT_PREFIX,
+    IntakeSettings,
+    check_images,
+)
+from kyc.intake.admission import AdmissionMetrics, SharedAdmission, Ticket
+from kyc.pipeline.step import (
+    Answer,
+    Request,
+    RequestError,
+    StepContext,
+    UnavailableError,
+    batched,
+    encoded_items,
+)
+
+NO_TICKET = (-1, -1)  # admission off (or outside a server)
 
 Row = tuple[bytes, bytes]  # a row's DOCUMENT_IMAGE and SELFIE_IMAGE
 
@@ -26,15 +50,45 @@ def _rows(request: Request) -> list[Row]:
 
 
 class IntakeStep:
-    def __init__(self, settings: IntakeSettings) -> None:
+    def __init__(self, settings: IntakeSettings, admission: SharedAdmission | None = None,
+                 metrics: AdmissionMetrics | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
+        self.admission = admission
+        self.metrics = metrics or AdmissionMetrics("kyc_intake", "1", publish=False)
+        self.clock = clock
 
     @classmethod
     def from_context(cls, context: StepContext) -> IntakeStep:
-        return cls(context.settings(IntakeSettings))
+        settings = context.settings(IntakeSettings)
+        admission = (SharedAdmission.for_server(settings.admission_settings)
+                     if settings.admission and context.in_server else None)
+        return cls(settings, admission,
+                   AdmissionMetrics(context.model, context.version, context.in_server))
 
     def run(self, requests: Sequence[Request]) -> list[Answer]:
-        return batched(requests, _rows, self._check, _answer)
+        answers = batched(requests, _rows, self._check, _answer)
+        return [self._admit(a) if isinstance(a, dict) else a for a in answers]
+
+    def _admit(self, outputs: dict[str, np.ndarray]) -> Answer:
+        """``outputs`` with a ticket per row, or the request refused (UNAVAILABLE)."""
+        rows = len(outputs[OUTPUT_PREFIX + IMAGE_INPUTS[0]])
+        if self.admission is None:
+            return {**outputs, ADMISSION_OUTPUT: np.array([NO_TICKET] * rows, np.int64)}
+        now = self.clock()
+        tickets: list[Ticket] = []
+        for _ in range(rows):
+            decision = self.admission.admit(now)
+            if decision.ticket is None:
+                for ticket in tickets:  # a request is taken whole or not at all
+                    self.admission.release(ticket, now)
+                self.metrics.record(decision, rows)
+                return UnavailableError(
+                    f"kyc_ensemble is at capacity ({decision.out} customers in flight): "
+                    "retry after a backoff of a few seconds, with jitter")
+            tickets.append(decision.ticket)
+        self.metrics.record(decision, rows)
+        return {**outputs, ADMISSION_OUTPUT: np.stack([t.as_array() for t in tickets])}
 
     def _check(self, rows: list[Row]) -> list[tuple[Row, str | None]]:
         """Each row with its first problem (None: both images are usable)."""

@@ -22,17 +22,9 @@ API (unit tests, or if Triton refuses a family) every call is a no-op.
 
 from __future__ import annotations
 
-import logging
-from typing import Any
-
-log = logging.getLogger(__name__)
+from kyc.pipeline.metrics import COUNTER, GAUGE, ModelMetrics
 
 PREFIX = "kyc_liveness_sessions"
-
-
-class _Null:
-    def increment(self, value: float) -> None:
-        pass
 
 
 class SessionMetrics:
@@ -40,40 +32,21 @@ class SessionMetrics:
 
     def __init__(self, model: str, version: str, publish: bool = True) -> None:
         """``publish=False``: counted nowhere (run outside a server)."""
-        self._families: list[Any] = []
-        self._metrics: dict[str, Any] = {}
         self._live = 0  # this instance's share of the gauge
         labels = {"model": model, "version": version}
-        if not publish:
-            return
-        try:
-            import triton_python_backend_utils as pb
+        self._metrics = ModelMetrics(PREFIX, publish)
+        add = self._metrics.add
+        add("started_total", COUNTER, "Liveness sessions started (START)",
+            [("started", labels)])
+        add("ended_total", COUNTER, "Liveness sessions ended (END), by verdict",
+            [("live", {**labels, "verdict": "live"}),
+             ("not_live", {**labels, "verdict": "not_live"})])
+        add("evicted_total", COUNTER, "Liveness sessions dropped after idle_ttl_s without a "
+            "frame", [("evicted", labels)])
+        add("live", GAUGE, "Liveness sessions held now", [("live_now", labels)])
 
-            family = pb.MetricFamily
-            self._add(family, "started_total", family.COUNTER,
-                      "Liveness sessions started (START)", [("started", labels)])
-            self._add(family, "ended_total", family.COUNTER,
-                      "Liveness sessions ended (END), by verdict",
-                      [("live", {**labels, "verdict": "live"}),
-                       ("not_live", {**labels, "verdict": "not_live"})])
-            self._add(family, "evicted_total", family.COUNTER,
-                      "Liveness sessions dropped after idle_ttl_s without a frame",
-                      [("evicted", labels)])
-            self._add(family, "live", family.GAUGE, "Liveness sessions held now",
-                      [("live_now", labels)])
-        except Exception as exc:  # never fail the model for its metrics
-            log.warning("liveness metrics not published: %s", type(exc).__name__)
-            self.close()
-
-    def _add(self, family: Any, suffix: str, kind: Any, description: str,
-             metrics: list[tuple[str, dict[str, str]]]) -> None:
-        created = family(name=f"{PREFIX}_{suffix}", description=description, kind=kind)
-        self._families.append(created)
-        for key, labels in metrics:
-            self._metrics[key] = created.Metric(labels=labels)
-
-    def _get(self, key: str) -> Any:
-        return self._metrics.get(key) or _Null()
+    def _get(self, key: str):
+        return self._metrics.get(key)
 
     def started(self) -> None:
         self._get("started").increment(1)
@@ -95,5 +68,4 @@ class SessionMetrics:
         """Take this instance's sessions off the gauge, then drop the metrics before
         their families (the backend requires that order)."""
         self.live(0)
-        self._metrics.clear()
-        self._families.clear()
+        self._metrics.close()

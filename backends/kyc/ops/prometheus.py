@@ -43,6 +43,8 @@ FOR_QUEUE = "10m"
 FOR_NOT_READY = "5m"
 FOR_DOWN = "2m"
 FOR_EVICTIONS = "15m"
+SHED_SHARE_WARN = 0.05
+FOR_SHEDDING = "10m"
 REFUSALS_WINDOW = "10m"
 
 # the autoscaler's signal, exposed by the Prometheus adapter under this name
@@ -95,6 +97,13 @@ def recording_rules(models: Sequence[ServedModel]) -> list[dict[str, str]]:
          "expr": "sum by (namespace) (rate(kyc_liveness_sessions_started_total[15m]))"},
         {"record": "kyc:liveness_sessions_evicted:rate15m",
          "expr": "sum by (namespace) (rate(kyc_liveness_sessions_evicted_total[15m]))"},
+        # kyc_intake's admission control of kyc_ensemble (kyc.intake.admission)
+        {"record": f"kyc:admission_admitted:rate{w}",
+         "expr": f"sum by (namespace) (rate(kyc_admission_admitted_total[{w}]))"},
+        {"record": f"kyc:admission_shed:rate{w}",
+         "expr": f"sum by (namespace) (rate(kyc_admission_shed_total[{w}]))"},
+        {"record": "kyc:admission_limit:sum",
+         "expr": "sum by (namespace) (kyc_admission_limit)"},
     ]
     # each model's queue budget as a series, for the alert and the dashboard
     rules.append({"record": "kyc:queue_budget_us", "expr": " or ".join(
@@ -155,6 +164,15 @@ def _fleet_alerts() -> list[dict[str, Any]]:
                "of one session reaching different replicas (send a session over one gRPC "
                "stream).",
                for_=FOR_EVICTIONS),
+        _alert("KycCustomersShed",
+               f"kyc:admission_shed:rate{w} / clamp_min(kyc:admission_shed:rate{w} + "
+               f"kyc:admission_admitted:rate{w}, 0.001) > {SHED_SHARE_WARN}", "warning",
+               "{{ $value | humanizePercentage }} of customers are refused at capacity",
+               "kyc_intake's admission control refuses kyc_ensemble customers (UNAVAILABLE, "
+               "the SDK retries) because the servers are at the number they can finish inside "
+               f"the SLA, for {FOR_SHEDDING}: add replicas (is the autoscaler at its "
+               "maximum?); kyc:admission_limit:sum is the fleet's capacity in flight.",
+               for_=FOR_SHEDDING),
     ]
 
 

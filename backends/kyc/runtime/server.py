@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 SHM_DIR = Path("/dev/shm")
 # Our Python-backend shared-memory regions are named kyc_<launcher pid>_<token>_<uuid>.
 _SHM_PREFIX_RE = re.compile(r"^kyc_(\d+)_[0-9a-f]{6}_")
+# kyc.intake.admission's state file, named after the tritonserver's own pid
+_ADMISSION_RE = re.compile(r"^kyc_(\d+)_admission$")
 
 
 # Locked by the admin key in production: loading models, client-registered shared
@@ -205,7 +207,7 @@ def remove_stale_shm_regions(shm_dir: Path = SHM_DIR) -> list[str]:
         return []
     stale = []
     for entry in shm_dir.iterdir():
-        match = _SHM_PREFIX_RE.match(entry.name)
+        match = _SHM_PREFIX_RE.match(entry.name) or _ADMISSION_RE.match(entry.name)
         if match and not _pid_alive(int(match.group(1))):
             stale.append(entry)
     return _unlink_all(stale)
@@ -461,6 +463,10 @@ class TritonServer:
                 os.killpg(self.process.pid, signal.SIGKILL)
             code = self.process.wait() if code is None else code
         removed = remove_shm_regions(self.shm_prefix)
+        if self.process is not None:
+            from kyc.intake.admission import shm_path
+
+            removed += _unlink_all([shm_path(self.process.pid)])
         if removed:
             log.info("removed %d shared-memory regions left by the server", len(removed))
         if self._backend_tmp is not None:

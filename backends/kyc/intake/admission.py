@@ -1,0 +1,243 @@
+"""Admission control of ``kyc_ensemble``: a customer is taken only while the server can
+finish it inside its budget, else refused at once (UNAVAILABLE, retry after a backoff).
+
+Why. The ensemble's steps share every queued customer, so without a bound a flash
+crowd slows every customer together and all of them miss the SLA. Triton 2.51's own
+shedding (a dynamic batcher's queue policy) loses wake-ups (``kyc.budgets``), so the
+bound is ours, on mechanisms this Triton has.
+
+How. ``kyc_intake`` (the ensemble's first step, before any model works on the
+customer) takes a *ticket* for each customer whose images pass its checks, or sheds
+the customer when as many tickets as the *limit* are out. The ticket travels through
+the ensemble as a tensor (``ADMISSION``) to ``kyc_decision``, the last step, which
+gives it back with the customer's latency. A customer whose request fails in a step
+between never reaches the decision: its ticket expires after ``ttl_s`` (the SLA).
+
+The limit follows measured latency, in the style of Netflix's concurrency-limits
+(AIMD): each ticket given back under the target latency raises it by 1/limit (one per
+limit's worth of customers), but only while the limit was in use (at least half of it
+out when the customer came: idle traffic does not inflate it); a customer over the
+target, or an expired ticket, cuts it by ``decrease`` at most once per half a target.
+The target is a share of the SLA (``kyc.budgets.ADMISSION_TARGET_SHARE``): the mean
+latency of admitted customers kept there leaves their tail inside the SLA. So the
+limit settles near capacity x target (Little's law) on any hardware, and sequential
+customers, never more than one out, are never refused.
+
+The state is shared by every instance of ``kyc_intake`` and ``kyc_decision`` of one
+server: a small file in /dev/shm named after the server's pid (the stubs' parent),
+mapped by each stub, every change under an exclusive ``flock``. Outside a server
+(unit tests, the in-process runtime) it is a plain array and admission is off.
+Counts and times only: no customer data.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import mmap
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from kyc.budgets import ADMISSION_TARGET_SHARE, SLA_MS
+
+SLOTS = 256  # the most tickets out at once (max_limit is capped to it)
+# header: [magic, limit, last decrease time, out at the last admission]; per slot:
+# [taken (0/1), admitted at, generation, tickets out when admitted, given back (0/1),
+#  given back at]
+HEADER, WIDTH = 4, 6
+TAKEN, AT, GEN, OUT, BACK, BACK_AT = range(WIDTH)
+MAGIC = 20261126.0
+SHM_DIR = Path("/dev/shm")
+
+
+def shm_path(server_pid: int, shm_dir: Path = SHM_DIR) -> Path:
+    """The state file of the tritonserver ``server_pid`` (removed when it stops)."""
+    return shm_dir / f"kyc_{server_pid}_admission"
+
+
+@dataclass(frozen=True)
+class AdmissionSettings:
+    """``kyc_intake`` parameters (``admission_*``)."""
+
+    enabled: bool = True
+    target_s: float = SLA_MS / 1000 * ADMISSION_TARGET_SHARE
+    ttl_s: float = SLA_MS / 1000
+    initial_limit: float = 8.0
+    min_limit: float = 2.0
+    max_limit: float = 64.0
+    decrease: float = 0.8  # the limit is multiplied by this on a customer over the target
+
+
+@dataclass(frozen=True)
+class Ticket:
+    slot: int
+    generation: int
+
+    def as_array(self) -> np.ndarray:
+        return np.array([self.slot, self.generation], dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Admitted:
+    ticket: Ticket | None  # None: shed
+    out: int  # tickets out after this decision
+    limit: float
+    expired: int  # tickets found expired (and freed) on the way
+
+
+class AdmissionState:
+    """The limit and the tickets, over ``table`` (float64, HEADER + SLOTS x WIDTH).
+
+    ``kyc_intake`` admits (and owns the limit: :meth:`admit` first takes in the tickets
+    given back since, then decides); ``kyc_decision`` only marks its customers' tickets
+    given back (:meth:`release`), so it needs none of the settings."""
+
+    def __init__(self, table: np.ndarray, settings: AdmissionSettings | None) -> None:
+        self.table = table
+        self.settings = settings
+        self.header = table[:HEADER]
+        self.slots = table[HEADER:].reshape(SLOTS, WIDTH)
+        if settings is not None and self.header[0] != MAGIC:  # a new state
+            self.table[:] = 0.0
+            self.header[:] = (MAGIC, self._clamp(settings.initial_limit), 0.0, 0.0)
+
+    @staticmethod
+    def size() -> int:
+        return (HEADER + SLOTS * WIDTH) * 8
+
+    def _clamp(self, limit: float) -> float:
+        s = self._settings()
+        return float(min(max(limit, s.min_limit), s.max_limit, SLOTS))
+
+    def _settings(self) -> AdmissionSettings:
+        if self.settings is None:
+            raise RuntimeError("only kyc_intake's side admits")
+        return self.settings
+
+    @property
+    def limit(self) -> float:
+        return float(self.header[1])
+
+    def _decrease(self, now: float) -> None:
+        s = self._settings()
+        if now - self.header[2] >= s.target_s / 2:
+            self.header[1] = self._clamp(self.limit * s.decrease)
+            self.header[2] = now
+
+    def _take_back(self, now: float) -> tuple[list[float], int]:
+        """Free the tickets given back (their latencies) and those expired (counted),
+        moving the limit for each."""
+        s = self._settings()
+        back = self.slots[:, BACK] > 0
+        latencies = (self.slots[back, BACK_AT] - self.slots[back, AT]).tolist()
+        for latency, out_then in zip(latencies, self.slots[back, OUT].tolist(), strict=True):
+            if latency > s.target_s:
+                self._decrease(now)
+            elif out_then + 1 >= self.limit / 2:  # the limit was in use
+                self.header[1] = self._clamp(self.limit + 1.0 / self.limit)
+        expired = (self.slots[:, TAKEN] > 0) & ~back & (now - self.slots[:, AT] > s.ttl_s)
+        if expired.any():
+            self._decrease(now)
+        free = back | expired
+        self.slots[free, TAKEN] = 0.0
+        self.slots[free, BACK] = 0.0
+        return latencies, int(expired.sum())
+
+    def admit(self, now: float) -> Admitted:
+        """A ticket for a customer arriving at ``now``, or None when the limit is out."""
+        _, expired = self._take_back(now)
+        out = int(np.count_nonzero(self.slots[:, TAKEN]))
+        if out >= int(self.limit):
+            self.header[3] = out
+            return Admitted(None, out, self.limit, expired)
+        slot = int(np.flatnonzero(self.slots[:, TAKEN] == 0)[0])
+        generation = self.slots[slot, GEN] + 1
+        self.slots[slot] = (1.0, now, generation, out, 0.0, 0.0)
+        self.header[3] = out + 1
+        return Admitted(Ticket(slot, int(generation)), out + 1, self.limit, expired)
+
+    def release(self, ticket: Ticket, now: float) -> bool:
+        """Mark ``ticket`` given back at ``now``; False for one expired (or unknown)."""
+        if not 0 <= ticket.slot < SLOTS:
+            return False
+        row = self.slots[ticket.slot]
+        if row[TAKEN] == 0 or row[BACK] > 0 or int(row[GEN]) != ticket.generation:
+            return False
+        row[BACK], row[BACK_AT] = 1.0, now
+        return True
+
+
+class SharedAdmission:
+    """:class:`AdmissionState` in a file every stub of one server maps, under ``flock``."""
+
+    def __init__(self, path: Path, settings: AdmissionSettings | None) -> None:
+        self.path = path
+        size = AdmissionState.size()
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            if os.fstat(self._fd).st_size < size:
+                os.ftruncate(self._fd, size)
+            self._map = mmap.mmap(self._fd, size)
+            self.state = AdmissionState(np.frombuffer(self._map, dtype=np.float64), settings)
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    @classmethod
+    def for_server(cls, settings: AdmissionSettings | None) -> SharedAdmission:
+        """The state of the server this stub belongs to (its parent process)."""
+        return cls(shm_path(os.getppid()), settings)
+
+    def admit(self, now: float) -> Admitted:
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        try:
+            return self.state.admit(now)
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def release(self, ticket: Ticket, now: float) -> bool:
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        try:
+            return self.state.release(ticket, now)
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        self.state = None  # type: ignore[assignment]  # the array views the map
+        self._map.close()
+        os.close(self._fd)
+
+
+class AdmissionMetrics:
+    """``kyc_admission_*`` on Triton's metrics endpoint (labels model, version):
+    customers admitted, shed and whose ticket expired (counters), the limit and the
+    tickets out at the last admission (gauges, set: the state is shared)."""
+
+    def __init__(self, model: str, version: str, publish: bool = True) -> None:
+        from kyc.pipeline.metrics import COUNTER, GAUGE, ModelMetrics
+
+        labels = {"model": model, "version": version}
+        self._metrics = ModelMetrics("kyc_admission", publish)
+        add = self._metrics.add
+        add("admitted_total", COUNTER, "kyc_ensemble customers admitted",
+            [("admitted", labels)])
+        add("shed_total", COUNTER, "kyc_ensemble customers refused at once (UNAVAILABLE): "
+            "the limit of customers in flight was reached", [("shed", labels)])
+        add("expired_total", COUNTER, "admission tickets never given back (the customer's "
+            "request failed in a step before the decision)", [("expired", labels)])
+        add("limit", GAUGE, "customers the server takes in flight now", [("limit", labels)])
+        add("in_flight", GAUGE, "customers in flight at the last admission",
+            [("in_flight", labels)])
+
+    def record(self, decision: Admitted, rows: int) -> None:
+        get = self._metrics.get
+        get("admitted" if decision.ticket is not None else "shed").increment(rows)
+        if decision.expired:
+            get("expired").increment(decision.expired)
+        get("limit").set(decision.limit)
+        get("in_flight").set(decision.out)
+
+    def close(self) -> None:
+        self._metrics.close()

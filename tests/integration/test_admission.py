@@ -1,0 +1,199 @@
+"""Admission control of kyc_ensemble on a real server (kyc.intake.admission), the shipped
+repository as it is: at 3x its measured capacity, open loop, customers beyond what the
+server can finish inside their budget are refused at once with UNAVAILABLE, every
+admitted one is answered inside the 8 s SLA, a liveness session running meanwhile
+keeps its per-frame budget, the Prometheus metrics count admitted and shed, and the
+idle latency afterwards is what it was before.
+
+KYC_OVERLOAD_S sets the length of the load (default 20 s; the long version: 120)."""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import threading
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from PIL import Image
+
+from kyc.assets.fetch import fetch_test_photos
+from kyc.budgets import BUDGETS_MS, SLA_MS
+from kyc.liveness.synthetic import turn_sequence
+from kyc_testing import (
+    SHIPPED_REPOSITORY,
+    copy_tree,
+    ensemble_customers,
+    ensemble_inputs,
+    liveness_step,
+    require_weights,
+    start_server,
+)
+from loadgen import OK, closed_loop_rate, percentile, run_open_loop, summarize, triton_starter
+
+pytestmark = pytest.mark.integration
+
+MODEL = "kyc_ensemble"
+OVERLOAD = 3.0
+SHED_MESSAGE = "kyc_ensemble is at capacity"
+SHED_FAST_MS = 1000.0  # a refusal comes at once: well inside one step's budget
+
+
+def load_seconds() -> float:
+    return float(os.environ.get("KYC_OVERLOAD_S", "20"))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    require_weights()
+    root = tmp_path_factory.mktemp("admission")
+    repo = copy_tree(SHIPPED_REPOSITORY, root / "repo")
+    server = start_server(repo, root / "server.log")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def customers() -> list[tuple[bytes, bytes]]:
+    return ensemble_customers(27)
+
+
+def metric(text: str, name: str) -> float:
+    return sum(float(v) for v in re.findall(rf"^{name}{{[^}}]*}} (\S+)$", text, re.MULTILINE))
+
+
+def scrape(server) -> str:
+    with urllib.request.urlopen(server.options.metrics_url, timeout=10) as response:
+        return response.read().decode()
+
+
+class LivenessFrames(threading.Thread):
+    """One liveness session after another, a frame at a time at a camera's pace; the
+    latency of every frame."""
+
+    def __init__(self, url: str, frames: list[bytes]) -> None:
+        super().__init__(daemon=True)
+        self.url, self.frames = url, frames
+        self.stop = threading.Event()
+        self.latencies_ms: list[float] = []
+        self.errors: list[str] = []
+
+    def run(self) -> None:
+        client = grpcclient.InferenceServerClient(self.url)
+        session = 0
+        try:
+            while not self.stop.is_set():
+                session += 1
+                sid = f"overload-{session}"
+                started = liveness_step(client, sid, start=True)
+                if isinstance(started, Exception):
+                    self.errors.append(str(started)[:200])
+                    return
+                for k, frame in enumerate(self.frames):
+                    sent = time.perf_counter()
+                    reply = liveness_step(client, sid, frame, end=k == len(self.frames) - 1,
+                                          model_version=started.model_version)
+                    if isinstance(reply, Exception):  # every failure is the test's failure
+                        self.errors.append(str(reply)[:200])
+                        break
+                    self.latencies_ms.append((time.perf_counter() - sent) * 1e3)
+                    time.sleep(max(0.0, 1 / 15 - (time.perf_counter() - sent)))
+        finally:
+            client.close()
+
+
+def idle_ms(client, customers, calls: int) -> float:
+    times = []
+    for k in range(calls):
+        started = time.perf_counter()
+        client.infer(MODEL, ensemble_inputs(*customers[k % len(customers)]), client_timeout=60)
+        times.append((time.perf_counter() - started) * 1e3)
+    return statistics.median(times)
+
+
+def test_beyond_capacity_customers_are_shed_at_once_and_admitted_ones_stay_inside_the_sla(
+        server, customers):
+    url = server.options.grpc_url
+    client = grpcclient.InferenceServerClient(url)
+    k = [0]
+
+    def next_inputs() -> list:
+        k[0] += 1
+        return ensemble_inputs(*customers[k[0] % len(customers)])
+
+    photo = np.asarray(Image.open(fetch_test_photos()["person_a_2"]).convert("RGB"))
+    box = client.infer("face_preprocess", face_input(customers[0][1])).as_numpy("BOX")[0]
+    frames = turn_sequence(photo, box, ("left", "right", "left"))
+    try:
+        before_ms = idle_ms(client, customers, 6)
+        capacity = closed_loop_rate(
+            lambda: client.infer(MODEL, next_inputs(), client_timeout=60), 4, 6.0)
+        before = scrape(server)
+        liveness = LivenessFrames(url, frames)
+        liveness.start()
+        outcomes = run_open_loop(triton_starter(client, MODEL, next_inputs, 60.0),
+                                 OVERLOAD * capacity, load_seconds())
+        liveness.stop.set()
+        liveness.join(timeout=60)
+        after = scrape(server)
+        time.sleep(2.0)  # let the limit see the quiet
+        after_ms = idle_ms(client, customers, 6)
+    finally:
+        client.close()
+
+    summary = summarize(outcomes)
+    admitted = [o for o in outcomes if o.ok]
+    shed = [o for o in outcomes if not o.ok]
+    admitted_p99 = percentile([o.latency_s * 1e3 for o in admitted], 99)
+    shed_p95 = percentile([o.latency_s * 1e3 for o in shed], 95)
+    frame_p95 = percentile(liveness.latencies_ms, 95)
+    print(f"\nadmission: idle {before_ms:.0f} ms, capacity {capacity:.2f}/s, offered "
+          f"{OVERLOAD * capacity:.2f}/s for {load_seconds():.0f} s: {summary}; admitted p99 "
+          f"{admitted_p99:.0f} ms, shed p95 {shed_p95:.0f} ms; liveness frames "
+          f"{len(liveness.latencies_ms)} p95 {frame_p95:.0f} ms; limit "
+          f"{metric(after, 'kyc_admission_limit'):.1f}; idle after {after_ms:.0f} ms")
+
+    statuses = summary["statuses"]
+    assert set(statuses) <= {OK, "UNAVAILABLE"}, summary
+    assert admitted and shed, summary
+    assert all(SHED_MESSAGE in o.message and "retry" in o.message for o in shed), shed[0]
+    assert shed_p95 <= SHED_FAST_MS
+    assert admitted_p99 <= SLA_MS, summary
+    assert liveness.errors == []
+    assert frame_p95 <= BUDGETS_MS["liveness"], frame_p95
+    counted_shed = metric(after, "kyc_admission_shed_total") - metric(
+        before, "kyc_admission_shed_total")
+    counted_admitted = metric(after, "kyc_admission_admitted_total") - metric(
+        before, "kyc_admission_admitted_total")
+    assert counted_shed == len(shed) and counted_admitted == len(admitted)
+    assert after_ms <= 1.5 * before_ms + 100.0, (after_ms, before_ms)
+
+
+def face_input(image: bytes) -> list:
+    tensor = grpcclient.InferInput("IMAGE", [1, 1], "BYTES")
+    tensor.set_data_from_numpy(np.array([[image]], dtype=np.object_))
+    return [tensor]
+
+
+def test_sequential_customers_are_all_admitted_and_a_bad_image_holds_no_place(
+        server, customers):
+    client = grpcclient.InferenceServerClient(server.options.grpc_url)
+    try:
+        before = scrape(server)
+        for k in range(12):
+            client.infer(MODEL, ensemble_inputs(*customers[k % len(customers)]),
+                         client_timeout=60)
+        with pytest.raises(Exception, match="DOCUMENT_IMAGE"):
+            client.infer(MODEL, ensemble_inputs(b"not an image", customers[0][1]),
+                         client_timeout=60)
+        after = scrape(server)
+    finally:
+        client.close()
+    assert metric(after, "kyc_admission_shed_total") == metric(before, "kyc_admission_shed_total")
+    assert metric(after, "kyc_admission_admitted_total") - metric(
+        before, "kyc_admission_admitted_total") == 12
+    assert metric(after, "kyc_admission_in_flight") <= 1

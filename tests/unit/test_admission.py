@@ -1,0 +1,156 @@
+"""kyc.intake.admission: the limit and the tickets, on a plain array and on the shared file."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kyc.intake.admission import (
+    AdmissionSettings,
+    AdmissionState,
+    SharedAdmission,
+    Ticket,
+    shm_path,
+)
+
+SETTINGS = AdmissionSettings(target_s=4.0, ttl_s=8.0, initial_limit=4, min_limit=2,
+                             max_limit=10, decrease=0.5)
+
+
+def state(settings: AdmissionSettings = SETTINGS) -> AdmissionState:
+    return AdmissionState(np.zeros(AdmissionState.size() // 8), settings)
+
+
+def test_sequential_customers_are_never_refused_and_do_not_raise_the_limit():
+    s = state()
+    for k in range(100):
+        admitted = s.admit(float(k))
+        assert admitted.ticket is not None and admitted.out == 1
+        assert s.release(admitted.ticket, k + 0.3)
+    s.admit(100.0)
+    assert s.limit == 4  # never in use: a quiet day does not open the gate
+
+
+def test_a_crowd_past_the_limit_is_shed_at_once_and_a_ticket_back_lets_one_in():
+    s = state()
+    tickets = [s.admit(0.0).ticket for _ in range(4)]
+    assert all(tickets)
+    shed = s.admit(0.1)
+    assert shed.ticket is None and shed.out == 4
+    assert s.release(tickets[0], 1.0)
+    assert s.admit(1.1).ticket is not None
+
+
+def test_fast_answers_under_a_full_limit_raise_it_slowly_up_to_the_maximum():
+    s = state()
+    now = 0.0
+    for _ in range(400):
+        tickets = [s.admit(now).ticket for _ in range(int(s.limit))]
+        now += 1.0
+        for t in tickets:
+            assert t is not None and s.release(t, now)
+    s.admit(now)
+    assert s.limit == 10
+
+
+def test_slow_answers_cut_the_limit_at_most_once_per_half_target():
+    s = state(AdmissionSettings(target_s=4.0, ttl_s=8.0, initial_limit=8, min_limit=2,
+                                max_limit=10, decrease=0.5))
+    tickets = [s.admit(0.0).ticket for _ in range(8)]
+    for t in tickets:
+        s.release(t, 5.0)  # all over the 4 s target, given back together
+    s.admit(5.0)
+    assert s.limit == 4  # one cut, not eight
+    t = s.admit(5.1).ticket
+    s.release(t, 9.5)
+    s.admit(9.5)  # 4.4 s later: another cut, floored at min_limit
+    assert s.limit == 2
+
+
+def test_a_ticket_whose_customer_failed_midway_expires_and_frees_its_place():
+    s = state()
+    lost = [s.admit(0.0).ticket for _ in range(4)]
+    assert s.admit(1.0).ticket is None
+    late = s.admit(8.5)  # past ttl_s: the four are taken back as expired
+    assert late.expired == 4 and late.ticket is not None
+    assert not s.release(lost[0], 9.0)  # an expired ticket cannot be given back twice
+
+
+def test_a_reused_slot_refuses_the_old_ticket():
+    s = state()
+    first = s.admit(0.0).ticket
+    assert s.release(first, 0.5)
+    second = s.admit(1.0).ticket
+    assert second.slot == first.slot and second.generation == first.generation + 1
+    assert not s.release(first, 1.5)
+    assert not s.release(Ticket(-1, 0), 1.5)
+
+
+def test_the_decision_side_only_gives_back_and_shares_the_file(tmp_path):
+    path = shm_path(4242, tmp_path)
+    intake = SharedAdmission(path, SETTINGS)
+    decision = SharedAdmission(path, None)  # kyc_decision: no settings, never admits
+    try:
+        ticket = intake.admit(0.0).ticket
+        assert decision.release(ticket, 0.2)
+        with pytest.raises(RuntimeError):
+            decision.admit(1.0)
+        assert intake.admit(1.0).out == 1  # the ticket given back was taken in
+    finally:
+        intake.close()
+        decision.close()
+
+
+# -- the steps: kyc_intake admits, kyc_decision gives back --------------------------------
+def intake_request(document: bytes, selfie: bytes):
+    from kyc.pipeline.step import Request
+
+    return Request({name: np.array([[data]], dtype=np.object_) for name, data in
+                    (("DOCUMENT_IMAGE", document), ("SELFIE_IMAGE", selfie))})
+
+
+@pytest.fixture
+def jpeg() -> bytes:
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (64, 48), (120, 90, 60)).save(buffer, "JPEG")
+    return buffer.getvalue()
+
+
+def test_intake_sheds_past_the_limit_with_unavailable_and_bad_images_take_no_ticket(
+        tmp_path, jpeg):
+    from kyc.decision.step import DecisionStep
+    from kyc.intake import IntakeSettings
+    from kyc.intake.step import IntakeStep
+    from kyc.pipeline.step import Request, RequestError, UnavailableError
+
+    settings = IntakeSettings(admission_initial_limit=2, admission_min_limit=2)
+    path = shm_path(7, tmp_path)
+    clock = iter(float(t) for t in range(100))
+    intake = IntakeStep(settings, SharedAdmission(path, settings.admission_settings),
+                        clock=lambda: next(clock))
+    answers = intake.run([intake_request(jpeg, jpeg), intake_request(b"junk", jpeg),
+                          intake_request(jpeg, jpeg), intake_request(jpeg, jpeg)])
+    admitted, bad, second, shed = answers
+    assert isinstance(bad, RequestError)  # answered before admission: no place taken
+    assert isinstance(shed, UnavailableError)
+    assert "at capacity (2 customers in flight)" in str(shed) and "retry" in str(shed)
+    tickets = [admitted["ADMISSION"], second["ADMISSION"]]
+    assert [t.shape for t in tickets] == [(1, 2), (1, 2)]
+
+    decision = DecisionStep.__new__(DecisionStep)  # only its give-back is under test
+    decision.admission = SharedAdmission(path, None)
+    decision.give_back([Request({"ADMISSION": tickets[0]}), Request({})])
+    again = intake.run([intake_request(jpeg, jpeg)])[0]
+    assert isinstance(again, dict) and again["ADMISSION"][0, 0] == tickets[0][0, 0]
+
+
+def test_without_admission_the_intake_passes_no_ticket(jpeg):
+    from kyc.intake import IntakeSettings
+    from kyc.intake.step import NO_TICKET, IntakeStep
+
+    (answer,) = IntakeStep(IntakeSettings(admission=False)).run([intake_request(jpeg, jpeg)])
+    assert answer["ADMISSION"].tolist() == [list(NO_TICKET)]
