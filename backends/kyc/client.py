@@ -31,14 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import numpy as np
-
 from kyc.liveness.client import (
     CAMERA_FPS,
     AsyncLivenessCapture,
     FramePacer,
     LivenessCapture,
     LivenessReply,
+    bytes_input,
     run_session,
 )
 
@@ -207,13 +206,9 @@ class LivenessSession:
 
 
 def _verify_inputs(grpc: Any, document: Image, selfie: Image, token: bytes) -> list:
-    tensors = []
-    for name, value in (("DOCUMENT_IMAGE", _bytes(document)), ("SELFIE_IMAGE", _bytes(selfie)),
-                        ("LIVENESS_TOKEN", token)):
-        tensor = grpc.InferInput(name, [1, 1], "BYTES")
-        tensor.set_data_from_numpy(np.array([[value]], dtype=np.object_))
-        tensors.append(tensor)
-    return tensors
+    return [bytes_input(name, value, grpc) for name, value in (
+        ("DOCUMENT_IMAGE", _bytes(document)), ("SELFIE_IMAGE", _bytes(selfie)),
+        ("LIVENESS_TOKEN", token))]
 
 
 class KycClient:
@@ -247,9 +242,8 @@ class KycClient:
     def find_face(self, image: Image) -> dict:
         """``face_preprocess`` on one image: ``found``, ``box`` (x1, y1, x2, y2 in the
         image as displayed, EXIF applied), ``faces`` and ``quality``. Retried when shed."""
-        tensor = self._grpc.InferInput("IMAGE", [1, 1], "BYTES")
-        tensor.set_data_from_numpy(np.array([[_bytes(image)]], dtype=np.object_))
-        result = self._infer("face_preprocess", [tensor])
+        result = self._infer("face_preprocess", [bytes_input("IMAGE", _bytes(image),
+                                                              self._grpc)])
         return {"found": bool(result.as_numpy("FACE_FOUND")[0, 0]),
                 "box": [float(v) for v in result.as_numpy("BOX")[0]],
                 "faces": int(result.as_numpy("NUM_FACES")[0, 0]),

@@ -108,13 +108,13 @@ class DecisionStep:
         is done but for this step's)."""
         if self.admission is None:
             return
-        now = time.time()
-        for request in requests:
-            tickets = request.inputs.get(ADMISSION_INPUT)
-            for slot, generation in np.asarray(tickets if tickets is not None else [],
-                                               np.int64).reshape(-1, 2):
-                if slot >= 0:
-                    self.admission.release(Ticket(int(slot), int(generation)), now)
+        rows = [np.asarray(r.inputs[ADMISSION_INPUT], np.int64).reshape(-1, 2)
+                for r in requests if ADMISSION_INPUT in r.inputs]
+        tickets = [Ticket(int(slot), int(generation))
+                   for slot, generation in (np.concatenate(rows) if rows else [])
+                   if slot >= 0]
+        if tickets:
+            self.admission.release_all(tickets, time.time())
 
     def run(self, requests: Sequence[Request]) -> list[Answer]:
         """One answer per request, in order."""

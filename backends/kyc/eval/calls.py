@@ -42,15 +42,6 @@ def each(work: Callable[[T], R], items: Sequence[T], what: str,
         return list(progress(pool.map(safe, items), len(items), what))
 
 
-def bytes_input(name: str, data: bytes) -> Any:
-    import numpy as np
-    import tritonclient.grpc as grpcclient
-
-    tensor = grpcclient.InferInput(name, [1, 1], "BYTES")
-    tensor.set_data_from_numpy(np.array([[data]], dtype=np.object_))
-    return tensor
-
-
 def array_input(name: str, array: Any, datatype: str) -> Any:
     import tritonclient.grpc as grpcclient
 

@@ -22,9 +22,10 @@ import numpy as np
 
 from kyc.document.evaluation import DocumentCase, rates, score
 from kyc.eval import metrics
-from kyc.eval.calls import bytes_input, each, error_text
+from kyc.eval.calls import each, error_text
 from kyc.eval.data import DocumentSample, read_documents
 from kyc.eval.server import EvalServer, pick_versions
+from kyc.liveness.client import bytes_input
 
 log = logging.getLogger(__name__)
 

@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 
 from kyc.eval import metrics
-from kyc.eval.calls import array_input, bytes_input, each, error_text
+from kyc.eval.calls import array_input, each, error_text
 from kyc.eval.data import FaceImage, read_faces
 from kyc.eval.server import EvalServer, pick_versions
+from kyc.liveness.client import bytes_input
 
 log = logging.getLogger(__name__)
 

@@ -80,17 +80,15 @@ def pick_versions(repository: Path, model: str, asked: Sequence[int] | None) -> 
     return list(asked)
 
 
-def onnx_output_dims(path: Path) -> dict[str, list[int]]:
-    """Each graph output's dims less the batch dimension, -1 where symbolic (read
-    without the weights' external data)."""
+def onnx_output_dims(path: Path) -> dict[str, list[int | None]]:
+    """Each graph output's dims less the batch dimension (None where dynamic), read
+    without the weights' external data, as ``kyc repo check`` reads them."""
     import onnx
 
+    from kyc.repo.check import onnx_dims
+
     model = onnx.load(str(path), load_external_data=False)
-    dims = {}
-    for output in model.graph.output:
-        shape = output.type.tensor_type.shape.dim
-        dims[output.name] = [d.dim_value if d.HasField("dim_value") else -1 for d in shape[1:]]
-    return dims
+    return {output.name: (onnx_dims(output) or [None])[1:] for output in model.graph.output}
 
 
 def write_view(repository: Path, view: Path, model: str | None, version: int | None,
@@ -129,7 +127,7 @@ def fit_outputs(config: Any, version_dir: Path) -> None:
     dims = onnx_output_dims(path)
     for output in config.output:
         found = dims.get(output.name)
-        if found and all(d > 0 for d in found) and list(output.dims) != found:
+        if found and all(d is not None for d in found) and list(output.dims) != found:
             log.info("%s version %s: %s dims %s (config %s)", config.name, version_dir.name,
                      output.name, found, list(output.dims))
             output.dims[:] = found

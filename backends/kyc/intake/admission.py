@@ -81,10 +81,15 @@ class Ticket:
 
 @dataclass(frozen=True)
 class Admitted:
-    ticket: Ticket | None  # None: shed
+    tickets: tuple[Ticket, ...]  # empty: shed
     out: int  # tickets out after this decision
     limit: float
     expired: int  # tickets found expired (and freed) on the way
+
+    @property
+    def ticket(self) -> Ticket | None:
+        """The first ticket (a request of one customer), None when shed."""
+        return self.tickets[0] if self.tickets else None
 
 
 class AdmissionState:
@@ -145,18 +150,21 @@ class AdmissionState:
         self.slots[free, BACK] = 0.0
         return latencies, int(expired.sum())
 
-    def admit(self, now: float) -> Admitted:
-        """A ticket for a customer arriving at ``now``, or None when the limit is out."""
+    def admit(self, now: float, count: int = 1) -> Admitted:
+        """``count`` tickets for the customers of one request arriving at ``now``, all or
+        none: none when they would take more than the limit."""
         _, expired = self._take_back(now)
         out = int(np.count_nonzero(self.slots[:, TAKEN]))
-        if out >= int(self.limit):
-            self.header[3] = out
-            return Admitted(None, out, self.limit, expired)
-        slot = int(np.flatnonzero(self.slots[:, TAKEN] == 0)[0])
-        generation = self.slots[slot, GEN] + 1
-        self.slots[slot] = (1.0, now, generation, out, 0.0, 0.0)
-        self.header[3] = out + 1
-        return Admitted(Ticket(slot, int(generation)), out + 1, self.limit, expired)
+        self.header[3] = out
+        if out + count > int(self.limit):
+            return Admitted((), out, self.limit, expired)
+        tickets = []
+        for slot in np.flatnonzero(self.slots[:, TAKEN] == 0)[:count].tolist():
+            generation = self.slots[slot, GEN] + 1
+            self.slots[slot] = (1.0, now, generation, out, 0.0, 0.0)
+            tickets.append(Ticket(slot, int(generation)))
+        self.header[3] = out + count
+        return Admitted(tuple(tickets), out + count, self.limit, expired)
 
     def release(self, ticket: Ticket, now: float) -> bool:
         """Mark ``ticket`` given back at ``now``; False for one expired (or unknown)."""
@@ -190,17 +198,21 @@ class SharedAdmission:
         """The state of the server this stub belongs to (its parent process)."""
         return cls(shm_path(os.getppid()), settings)
 
-    def admit(self, now: float) -> Admitted:
+    def admit(self, now: float, count: int = 1) -> Admitted:
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         try:
-            return self.state.admit(now)
+            return self.state.admit(now, count)
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def release(self, ticket: Ticket, now: float) -> bool:
+        return self.release_all([ticket], now) == 1
+
+    def release_all(self, tickets: list[Ticket], now: float) -> int:
+        """Give back ``tickets`` under one lock; how many were still out."""
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         try:
-            return self.state.release(ticket, now)
+            return sum(self.state.release(ticket, now) for ticket in tickets)
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 
@@ -233,7 +245,7 @@ class AdmissionMetrics:
 
     def record(self, decision: Admitted, rows: int) -> None:
         get = self._metrics.get
-        get("admitted" if decision.ticket is not None else "shed").increment(rows)
+        get("admitted" if decision.tickets else "shed").increment(rows)
         if decision.expired:
             get("expired").increment(decision.expired)
         get("limit").set(decision.limit)

@@ -26,7 +26,7 @@ from kyc.intake import (
     IntakeSettings,
     check_images,
 )
-from kyc.intake.admission import AdmissionMetrics, SharedAdmission, Ticket
+from kyc.intake.admission import AdmissionMetrics, SharedAdmission
 from kyc.pipeline.step import (
     Answer,
     Request,
@@ -75,20 +75,14 @@ class IntakeStep:
         rows = len(outputs[OUTPUT_PREFIX + IMAGE_INPUTS[0]])
         if self.admission is None:
             return {**outputs, ADMISSION_OUTPUT: np.array([NO_TICKET] * rows, np.int64)}
-        now = self.clock()
-        tickets: list[Ticket] = []
-        for _ in range(rows):
-            decision = self.admission.admit(now)
-            if decision.ticket is None:
-                for ticket in tickets:  # a request is taken whole or not at all
-                    self.admission.release(ticket, now)
-                self.metrics.record(decision, rows)
-                return UnavailableError(
-                    f"kyc_ensemble is at capacity ({decision.out} customers in flight): "
-                    "retry after a backoff of a few seconds, with jitter")
-            tickets.append(decision.ticket)
+        decision = self.admission.admit(self.clock(), rows)  # the whole request or none
         self.metrics.record(decision, rows)
-        return {**outputs, ADMISSION_OUTPUT: np.stack([t.as_array() for t in tickets])}
+        if not decision.tickets:
+            return UnavailableError(
+                f"kyc_ensemble is at capacity ({decision.out} customers in flight): "
+                "retry after a backoff of a few seconds, with jitter")
+        return {**outputs,
+                ADMISSION_OUTPUT: np.stack([t.as_array() for t in decision.tickets])}
 
     def _check(self, rows: list[Row]) -> list[tuple[Row, str | None]]:
         """Each row with its first problem (None: both images are usable)."""

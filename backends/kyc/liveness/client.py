@@ -74,12 +74,19 @@ class LivenessReply:
                    result.get_response().model_version)
 
 
-def frame_input(frame: bytes) -> Any:
-    import tritonclient.grpc as grpcclient
+def bytes_input(name: str, data: bytes, grpc: Any = None) -> Any:
+    """One BYTES item (an encoded image, a token) as a [1, 1] input tensor; ``grpc``: the
+    tritonclient module to make it with (``tritonclient.grpc`` by default, or its aio)."""
+    if grpc is None:
+        import tritonclient.grpc as grpc
 
-    tensor = grpcclient.InferInput("FRAME", [1, 1], "BYTES")
-    tensor.set_data_from_numpy(np.array([[frame]], dtype=np.object_))
+    tensor = grpc.InferInput(name, [1, 1], "BYTES")
+    tensor.set_data_from_numpy(np.array([[data]], dtype=np.object_))
     return tensor
+
+
+def frame_input(frame: bytes) -> Any:
+    return bytes_input("FRAME", frame)
 
 
 class LivenessStream:

@@ -258,7 +258,7 @@ def _check_python_file(path: Path, where: str) -> list[Problem]:
 
 
 # -- ONNX ---------------------------------------------------------------------
-def _onnx_dims(value_info) -> list[int | None] | None:
+def onnx_dims(value_info) -> list[int | None] | None:
     """Dims of an ONNX value (None for a dynamic dim); None when the rank is unknown."""
     tensor_type = value_info.type.tensor_type
     if not tensor_type.HasField("shape"):
@@ -328,7 +328,7 @@ def _compare_shape(config: ModelConfig, tensor, value_info, kind: str, where: st
     """The model's dims agree with the config's (a dynamic model dim fits any), past a
     dynamic batch dim when the config batches."""
     name = tensor.name
-    dims = _onnx_dims(value_info)
+    dims = onnx_dims(value_info)
     if dims is None or tensor.HasField("reshape"):
         return []
     problems = []
