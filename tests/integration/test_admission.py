@@ -1,9 +1,10 @@
-"""Admission control of kyc_ensemble on a real server (kyc.intake.admission), the shipped
-repository as it is: at 3x its measured capacity, open loop, customers beyond what the
-server can finish inside their budget are refused at once with UNAVAILABLE, every
-admitted one is answered inside the 8 s SLA, a liveness session running meanwhile
-keeps its per-frame budget, the Prometheus metrics count admitted and shed, and the
-idle latency afterwards is what it was before.
+"""Admission control of kyc_ensemble and document_ocr on a real server
+(kyc.intake.admission), the shipped repository as it is: at 3x its measured capacity,
+open loop, customers beyond what the server can finish inside their budget are refused
+at once with UNAVAILABLE, every admitted one is answered inside the 8 s SLA, a liveness
+session running meanwhile keeps its per-frame budget, the Prometheus metrics count
+admitted and shed, and the idle latency afterwards is what it was before. The same for
+documents read alone (document_ocr), whose limit is their own.
 
 KYC_OVERLOAD_S sets the length of the load (default 20 s; the long version: 120)."""
 
@@ -62,8 +63,10 @@ def customers() -> list[tuple[bytes, bytes]]:
     return ensemble_customers(27)
 
 
-def metric(text: str, name: str) -> float:
-    return sum(float(v) for v in re.findall(rf"^{name}{{[^}}]*}} (\S+)$", text, re.MULTILINE))
+def metric(text: str, name: str, entry: str = MODEL) -> float:
+    """The sum of ``name``'s values for ``entry`` (its ``entry`` label)."""
+    return sum(float(v) for v in re.findall(
+        rf'^{name}{{[^}}]*entry="{entry}"[^}}]*}} (\S+)$', text, re.MULTILINE))
 
 
 def scrape(server) -> str:
@@ -106,6 +109,27 @@ class LivenessFrames(threading.Thread):
             client.close()
 
 
+class Overload:
+    """An open-loop run's outcomes split as the tests judge them."""
+
+    def __init__(self, outcomes: list) -> None:
+        self.summary = summarize(outcomes)
+        self.admitted = [o for o in outcomes if o.ok]
+        self.shed = [o for o in outcomes if not o.ok]
+        self.admitted_p99 = percentile([o.latency_s * 1e3 for o in self.admitted], 99)
+        self.shed_p95 = percentile([o.latency_s * 1e3 for o in self.shed], 95)
+
+    def check(self, shed_message: str) -> None:
+        """Only answers and refusals, both present; every refusal says it is at capacity
+        and to retry, and comes at once; admitted requests inside the SLA."""
+        assert set(self.summary["statuses"]) <= {OK, "UNAVAILABLE"}, self.summary
+        assert self.admitted and self.shed, self.summary
+        assert all(shed_message in o.message and "retry" in o.message for o in self.shed), \
+            self.shed[0]
+        assert self.shed_p95 <= SHED_FAST_MS
+        assert self.admitted_p99 <= SLA_MS, self.summary
+
+
 def idle_ms(client, customers, calls: int) -> float:
     times = []
     for k in range(calls):
@@ -145,31 +169,22 @@ def test_beyond_capacity_customers_are_shed_at_once_and_admitted_ones_stay_insid
     finally:
         client.close()
 
-    summary = summarize(outcomes)
-    admitted = [o for o in outcomes if o.ok]
-    shed = [o for o in outcomes if not o.ok]
-    admitted_p99 = percentile([o.latency_s * 1e3 for o in admitted], 99)
-    shed_p95 = percentile([o.latency_s * 1e3 for o in shed], 95)
+    run = Overload(outcomes)
     frame_p95 = percentile(liveness.latencies_ms, 95)
     print(f"\nadmission: idle {before_ms:.0f} ms, capacity {capacity:.2f}/s, offered "
-          f"{OVERLOAD * capacity:.2f}/s for {load_seconds():.0f} s: {summary}; admitted p99 "
-          f"{admitted_p99:.0f} ms, shed p95 {shed_p95:.0f} ms; liveness frames "
+          f"{OVERLOAD * capacity:.2f}/s for {load_seconds():.0f} s: {run.summary}; admitted "
+          f"p99 {run.admitted_p99:.0f} ms, shed p95 {run.shed_p95:.0f} ms; liveness frames "
           f"{len(liveness.latencies_ms)} p95 {frame_p95:.0f} ms; limit "
           f"{metric(after, 'kyc_admission_limit'):.1f}; idle after {after_ms:.0f} ms")
 
-    statuses = summary["statuses"]
-    assert set(statuses) <= {OK, "UNAVAILABLE"}, summary
-    assert admitted and shed, summary
-    assert all(SHED_MESSAGE in o.message and "retry" in o.message for o in shed), shed[0]
-    assert shed_p95 <= SHED_FAST_MS
-    assert admitted_p99 <= SLA_MS, summary
+    run.check(SHED_MESSAGE)
     assert liveness.errors == []
     assert frame_p95 <= BUDGETS_MS["liveness"], frame_p95
     counted_shed = metric(after, "kyc_admission_shed_total") - metric(
         before, "kyc_admission_shed_total")
     counted_admitted = metric(after, "kyc_admission_admitted_total") - metric(
         before, "kyc_admission_admitted_total")
-    assert counted_shed == len(shed) and counted_admitted == len(admitted)
+    assert counted_shed == len(run.shed) and counted_admitted == len(run.admitted)
     assert after_ms <= 1.5 * before_ms + 100.0, (after_ms, before_ms)
 
 
@@ -197,3 +212,45 @@ def test_sequential_customers_are_all_admitted_and_a_bad_image_holds_no_place(
     assert metric(after, "kyc_admission_admitted_total") - metric(
         before, "kyc_admission_admitted_total") == 12
     assert metric(after, "kyc_admission_in_flight") <= 1
+
+
+def document_input(image: bytes) -> list:
+    return face_input(image)  # document_ocr's IMAGE: one encoded image per row
+
+
+def test_documents_alone_are_shed_past_their_own_limit_and_customers_are_not(
+        server, customers):
+    """document_ocr at 3x its capacity: refused at once with its own message, admitted
+    reads inside the SLA, counted under entry="document_ocr"; a customer sent after
+    it is admitted (the limits are apart)."""
+    url = server.options.grpc_url
+    client = grpcclient.InferenceServerClient(url)
+    documents = [document for document, _ in customers]
+    k = [0]
+
+    def next_inputs() -> list:
+        k[0] += 1
+        return document_input(documents[k[0] % len(documents)])
+
+    try:
+        capacity = closed_loop_rate(
+            lambda: client.infer("document_ocr", next_inputs(), client_timeout=60), 4, 5.0)
+        before = scrape(server)
+        outcomes = run_open_loop(triton_starter(client, "document_ocr", next_inputs, 60.0),
+                                 OVERLOAD * capacity, min(load_seconds(), 15.0))
+        after = scrape(server)
+        time.sleep(2.0)
+        customer = client.infer(MODEL, ensemble_inputs(*customers[0]), client_timeout=60)
+    finally:
+        client.close()
+
+    run = Overload(outcomes)
+    print(f"\ndocument admission: capacity {capacity:.2f}/s, offered "
+          f"{OVERLOAD * capacity:.2f}/s: {run.summary}; admitted p99 {run.admitted_p99:.0f} "
+          f"ms, shed p95 {run.shed_p95:.0f} ms; limit "
+          f"{metric(after, 'kyc_admission_limit', 'document_ocr'):.1f}")
+    run.check("document_ocr is at capacity")
+    assert metric(after, "kyc_admission_shed_total", "document_ocr") - metric(
+        before, "kyc_admission_shed_total", "document_ocr") == len(run.shed)
+    assert metric(after, "kyc_admission_shed_total") == metric(before, "kyc_admission_shed_total")
+    assert customer.as_numpy("DECISION") is not None

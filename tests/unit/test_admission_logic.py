@@ -6,11 +6,14 @@ import numpy as np
 import pytest
 
 from kyc.intake.admission import (
+    ENTRIES,
     AdmissionSettings,
     AdmissionState,
     SharedAdmission,
     Ticket,
+    TicketReturns,
     shm_path,
+    tickets_in,
 )
 
 SETTINGS = AdmissionSettings(target_s=4.0, ttl_s=8.0, initial_limit=4, min_limit=2,
@@ -67,6 +70,17 @@ def test_slow_answers_cut_the_limit_at_most_once_per_half_target():
     assert s.limit == 2
 
 
+def test_an_idle_server_takes_a_request_larger_than_the_limit_and_a_busy_one_does_not():
+    s = state()  # limit 4
+    big = s.admit(0.0, count=8)
+    assert len(big.tickets) == 8 and big.out == 8  # nothing was in flight
+    assert s.admit(0.1).ticket is None  # now it is over the limit
+    for t in big.tickets:
+        s.release(t, 0.5)
+    assert len(s.admit(1.0, count=2).tickets) == 2
+    assert s.admit(1.1, count=3).tickets == ()  # 2 out + 3 > 4, all or none
+
+
 def test_a_ticket_whose_customer_failed_midway_expires_and_frees_its_place():
     s = state()
     lost = [s.admit(0.0).ticket for _ in range(4)]
@@ -87,7 +101,7 @@ def test_a_reused_slot_refuses_the_old_ticket():
 
 
 def test_the_decision_side_only_gives_back_and_shares_the_file(tmp_path):
-    path = shm_path(4242, tmp_path)
+    path = shm_path(4242, "kyc_ensemble", tmp_path)
     intake = SharedAdmission(path, SETTINGS)
     decision = SharedAdmission(path, None)  # kyc_decision: no settings, never admits
     try:
@@ -101,12 +115,59 @@ def test_the_decision_side_only_gives_back_and_shares_the_file(tmp_path):
         decision.close()
 
 
-# -- the steps: kyc_intake admits, kyc_decision gives back --------------------------------
-def intake_request(document: bytes, selfie: bytes):
+def test_each_entry_has_its_own_file_and_target_from_its_budget(tmp_path):
+    from kyc.budgets import ADMISSION_BUDGET_MS, ADMISSION_TARGET_SHARE
+
+    assert ENTRIES == ("kyc_ensemble", "document_ocr")
+    paths = {shm_path(1, entry, tmp_path) for entry in ENTRIES}
+    assert len(paths) == 2
+    with pytest.raises(ValueError):
+        shm_path(1, "face_preprocess", tmp_path)
+    for entry in ENTRIES:
+        target = AdmissionSettings().for_entry(entry).target_s
+        assert target == ADMISSION_BUDGET_MS[entry] / 1000 * ADMISSION_TARGET_SHARE
+
+
+def test_tickets_travel_as_rows_of_entry_slot_generation():
+    tickets = [Ticket(3, 7, "document_ocr"), Ticket(0, 1, "kyc_ensemble")]
+    rows = np.stack([t.as_array() for t in tickets])
+    assert rows.tolist() == [[1, 3, 7], [0, 0, 1]]
+    # no ticket (admission off) and an unknown entry are skipped
+    assert tickets_in([rows, np.array([[-1, -1, -1]]), np.array([[9, 1, 1]])]) == tickets
+
+
+def test_the_last_steps_give_each_ticket_back_to_its_own_entry(tmp_path):
+    states = {entry: SharedAdmission(shm_path(5, entry, tmp_path), SETTINGS, entry)
+              for entry in ENTRIES}
+    returns = TicketReturns(lambda entry: SharedAdmission(shm_path(5, entry, tmp_path), None,
+                                                           entry))
+    try:
+        customer = states["kyc_ensemble"].admit(0.0).ticket
+        document = states["document_ocr"].admit(0.0).ticket
+        assert (customer.entry, document.entry) == ("kyc_ensemble", "document_ocr")
+        assert customer.slot == document.slot == 0  # two states, two slot 0s
+        assert returns.give_back([document.as_array()[None]], 0.3) == 1
+        assert states["document_ocr"].admit(1.0).out == 1  # given back, then one more
+        assert states["kyc_ensemble"].admit(1.0).out == 2  # the customer is still out
+    finally:
+        returns.close()
+        for state in states.values():
+            state.close()
+
+
+# -- the steps: kyc_intake admits, the last steps give back ------------------------------
+def intake_request(document: bytes, selfie: bytes | None):
     from kyc.pipeline.step import Request
 
     return Request({name: np.array([[data]], dtype=np.object_) for name, data in
-                    (("DOCUMENT_IMAGE", document), ("SELFIE_IMAGE", selfie))})
+                    (("DOCUMENT_IMAGE", document), ("SELFIE_IMAGE", selfie))
+                    if data is not None})
+
+
+def admissions(tmp_path, settings, pid: int = 7) -> dict[str, SharedAdmission]:
+    return {entry: SharedAdmission(shm_path(pid, entry, tmp_path),
+                                   settings.admission_settings(entry), entry)
+            for entry in ENTRIES}
 
 
 @pytest.fixture
@@ -128,10 +189,8 @@ def test_intake_sheds_past_the_limit_with_unavailable_and_bad_images_take_no_tic
     from kyc.pipeline.step import Request, RequestError, UnavailableError
 
     settings = IntakeSettings(admission_initial_limit=2, admission_min_limit=2)
-    path = shm_path(7, tmp_path)
     clock = iter(float(t) for t in range(100))
-    intake = IntakeStep(settings, SharedAdmission(path, settings.admission_settings),
-                        clock=lambda: next(clock))
+    intake = IntakeStep(settings, admissions(tmp_path, settings), clock=lambda: next(clock))
     answers = intake.run([intake_request(jpeg, jpeg), intake_request(b"junk", jpeg),
                           intake_request(jpeg, jpeg), intake_request(jpeg, jpeg)])
     admitted, bad, second, shed = answers
@@ -139,13 +198,47 @@ def test_intake_sheds_past_the_limit_with_unavailable_and_bad_images_take_no_tic
     assert isinstance(shed, UnavailableError)
     assert "at capacity (2 customers in flight)" in str(shed) and "retry" in str(shed)
     tickets = [admitted["ADMISSION"], second["ADMISSION"]]
-    assert [t.shape for t in tickets] == [(1, 2), (1, 2)]
+    assert [t.shape for t in tickets] == [(1, 3), (1, 3)]
+    # a document alone (document_ocr) has its own limit: the customers do not shed it
+    document = intake.run([intake_request(jpeg, None)])[0]
+    assert set(document) == {"CHECKED_DOCUMENT_IMAGE", "ADMISSION"}
+    assert document["ADMISSION"][0, 0] == ENTRIES.index("document_ocr")
 
     decision = DecisionStep.__new__(DecisionStep)  # only its give-back is under test
-    decision.admission = SharedAdmission(path, None)
+    decision.admission = TicketReturns(
+        lambda entry: SharedAdmission(shm_path(7, entry, tmp_path), None, entry))
     decision.give_back([Request({"ADMISSION": tickets[0]}), Request({})])
     again = intake.run([intake_request(jpeg, jpeg)])[0]
-    assert isinstance(again, dict) and again["ADMISSION"][0, 0] == tickets[0][0, 0]
+    assert isinstance(again, dict) and again["ADMISSION"][0, 1] == tickets[0][0, 1]
+
+
+def test_documents_alone_are_shed_past_their_own_limit_and_given_back_by_ocr_postprocess(
+        tmp_path, jpeg):
+    from kyc.document.step import OcrPostprocessStep
+    from kyc.intake import IntakeSettings
+    from kyc.intake.step import IntakeStep
+    from kyc.pipeline.step import Request, UnavailableError
+
+    settings = IntakeSettings(admission_initial_limit=2, admission_min_limit=2)
+    intake = IntakeStep(settings, admissions(tmp_path, settings, pid=8))
+    first, _second, shed = intake.run([intake_request(jpeg, None) for _ in range(3)])
+    assert isinstance(shed, UnavailableError)
+    assert str(shed).startswith("document_ocr is at capacity (2 documents in flight)")
+    assert isinstance(intake.run([intake_request(jpeg, jpeg)])[0], dict)  # customers: apart
+    (bad,) = intake.run([intake_request(b"junk", None)])  # named as its client sent it
+    assert str(bad).startswith("IMAGE: ") and "DOCUMENT_IMAGE" not in str(bad)
+
+    class Reader:  # the page reading is not under test here
+        def read(self, pages):
+            return [[] for _ in pages]
+
+    returns = TicketReturns(
+        lambda entry: SharedAdmission(shm_path(8, entry, tmp_path), None, entry))
+    step = OcrPostprocessStep(Reader(), returns)
+    page = {"CANVAS": np.zeros((1, 8, 8, 3), np.uint8), "PROB_MAP": np.zeros((1, 8, 8), np.float32),
+            "SCALE": np.ones((1, 2), np.float32)}
+    step.run([Request({**page, "ADMISSION": first["ADMISSION"]})])
+    assert isinstance(intake.run([intake_request(jpeg, None)])[0], dict)  # its place is free
 
 
 def test_without_admission_the_intake_passes_no_ticket(jpeg):

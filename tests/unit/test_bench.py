@@ -188,7 +188,7 @@ def test_statistics_become_per_request_stage_times_over_the_window():
 
 def test_an_ensemble_is_timed_by_its_steps_and_a_model_by_itself():
     assert pipeline_steps(SHIPPED_REPOSITORY, "document_ocr") == [
-        "ocr_preprocess", "ocr_det", "ocr_postprocess"]
+        "kyc_intake", "ocr_preprocess", "ocr_det", "ocr_postprocess"]
     assert pipeline_steps(SHIPPED_REPOSITORY, "kyc_ensemble") == [
         "kyc_intake", "face_preprocess", "face_embedding", "ocr_preprocess", "ocr_det",
         "ocr_fields", "kyc_decision"]

@@ -41,7 +41,8 @@ from kyc.bench.core import (
 
 log = logging.getLogger(__name__)
 
-DOCUMENT_MODELS = ("document_ocr", "ocr_preprocess", "ocr_det", "ocr_postprocess", "ocr_rec")
+DOCUMENT_MODELS = ("document_ocr", "kyc_intake", "ocr_preprocess", "ocr_det",
+                   "ocr_postprocess", "ocr_rec")
 LIVENESS_MODELS = ("liveness_sequence", "face_detector", "face_embedding")
 REC_WIDTH = 320  # ocr_rec's usual crop width: one shape, so that requests can be batched
 

@@ -27,7 +27,7 @@ import numpy as np
 from kyc.decision.features import FEATURES, FEATURES_VERSION, Observation, vector
 from kyc.decision.policy import DecisionSettings, Findings, LivenessEvidence, decide
 from kyc.intake import ADMISSION_OUTPUT as ADMISSION_INPUT
-from kyc.intake.admission import SharedAdmission, Ticket
+from kyc.intake.admission import TicketReturns
 from kyc.liveness.token import TokenError, TokenExpiredError, TokenSealer, load_key
 from kyc.pipeline.modelconfig import Repository
 from kyc.pipeline.step import Answer, Request, RequestError, StepContext, require
@@ -82,7 +82,7 @@ class DecisionStep:
     def __init__(self, settings: DecisionSettings, match_threshold: float,
                  sealer: TokenSealer, score: FraudScorer,
                  today: Callable[[], date] = date.today,
-                 admission: SharedAdmission | None = None) -> None:
+                 admission: TicketReturns | None = None) -> None:
         self.settings = settings
         self.match_threshold = match_threshold
         self.sealer = sealer
@@ -101,20 +101,15 @@ class DecisionStep:
         antifraud = context.callee(settings.antifraud_model, ["FRAUD_SCORE"])
         return cls(settings, match_threshold, TokenSealer(load_key(context.environ)),
                    lambda features: antifraud({"FEATURES": features})["FRAUD_SCORE"],
-                   admission=SharedAdmission.for_server(None) if context.in_server else None)
+                   admission=TicketReturns() if context.in_server else None)
 
     def give_back(self, requests: Sequence[Request]) -> None:
         """Give back the admission tickets of the customers of ``requests`` (their work
         is done but for this step's)."""
-        if self.admission is None:
-            return
-        rows = [np.asarray(r.inputs[ADMISSION_INPUT], np.int64).reshape(-1, 2)
-                for r in requests if ADMISSION_INPUT in r.inputs]
-        tickets = [Ticket(int(slot), int(generation))
-                   for slot, generation in (np.concatenate(rows) if rows else [])
-                   if slot >= 0]
-        if tickets:
-            self.admission.release_all(tickets, time.time())
+        if self.admission is not None:
+            self.admission.give_back(
+                [r.inputs[ADMISSION_INPUT] for r in requests if ADMISSION_INPUT in r.inputs],
+                time.time())
 
     def run(self, requests: Sequence[Request]) -> list[Answer]:
         """One answer per request, in order."""

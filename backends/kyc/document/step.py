@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -20,7 +21,9 @@ import numpy as np
 
 from kyc.document.ocr import DocumentReader, OcrSettings, TextLine, document_report
 from kyc.image import ImageError, ImageLimits, decode_image, letterbox
+from kyc.intake import ADMISSION_OUTPUT as ADMISSION_INPUT
 from kyc.intake import IntakeSettings
+from kyc.intake.admission import TicketReturns
 from kyc.pipeline.modelconfig import Repository
 from kyc.pipeline.step import (
     Answer,
@@ -126,8 +129,13 @@ def _answer(read: Sequence[list[TextLine]]) -> Answer:
 
 
 class OcrPostprocessStep:
-    def __init__(self, reader: DocumentReader) -> None:
+    """The last step of ``document_ocr`` (and, as ``ocr_fields``, the document step of
+    ``kyc_ensemble``): the page's lines read and parsed. In ``document_ocr`` it then
+    gives back the request's admission tickets (optional input ``ADMISSION``)."""
+
+    def __init__(self, reader: DocumentReader, admission: TicketReturns | None = None) -> None:
         self.reader = reader
+        self.admission = admission
 
     @classmethod
     def from_context(cls, context: StepContext) -> OcrPostprocessStep:
@@ -139,7 +147,14 @@ class OcrPostprocessStep:
         recogniser = context.callee(settings.rec_model, ["PROBS"])
         alphabet = rec_alphabet(context.repository, settings.rec_model)
         return cls(DocumentReader(settings, alphabet,
-                                  lambda batch: recogniser({"IMAGES": batch})["PROBS"]))
+                                  lambda batch: recogniser({"IMAGES": batch})["PROBS"]),
+                   TicketReturns() if context.in_server else None)
 
     def run(self, requests: Sequence[Request]) -> list[Answer]:
-        return batched(requests, _pages, self.reader.read, _answer)
+        try:
+            return batched(requests, _pages, self.reader.read, _answer)
+        finally:  # after the reading, most of a document's time
+            if self.admission is not None:
+                self.admission.give_back(
+                    [r.inputs[ADMISSION_INPUT] for r in requests if ADMISSION_INPUT in r.inputs],
+                    time.time())

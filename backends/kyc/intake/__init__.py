@@ -1,5 +1,5 @@
-"""``kyc_intake``: the first step of ``kyc_ensemble``, which checks both images before
-anything else of the request runs.
+"""``kyc_intake``: the first step of ``kyc_ensemble`` and ``document_ocr``, which checks
+the client's images before anything else of the request runs, and admits it.
 
 Why a step of its own. Inside an ensemble, a step that fails ends the request at
 once, while its sibling steps still run: in Triton 2.51 the error response then
@@ -12,6 +12,10 @@ the client's images is made here first: byte and pixel limits on the header, the
 a decode of every pixel (JPEG at 1/8 scale, the cheap way). A bad image is
 answered here, naming its input, before any other step of its request starts;
 the steps after it see only images that decode.
+
+A request with both images is a ``kyc_ensemble`` customer; one with the document
+alone (``SELFIE_IMAGE`` is optional) is a ``document_ocr`` read. Each entry is
+admitted against its own limit (:mod:`kyc.intake.admission`).
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ from kyc.intake.admission import AdmissionSettings
 
 IMAGE_INPUTS = ("DOCUMENT_IMAGE", "SELFIE_IMAGE")
 OUTPUT_PREFIX = "CHECKED_"  # each output: its input, passed on unchanged
+# the entry a request belongs to, by the images it carries
+ENTRY_OF_IMAGES = {IMAGE_INPUTS: "kyc_ensemble", IMAGE_INPUTS[:1]: "document_ocr"}
 
-
-ADMISSION_OUTPUT = "ADMISSION"  # the customer's ticket, to kyc_decision (int64 [2])
+ADMISSION_OUTPUT = "ADMISSION"  # the request's tickets, to its last step (int64 [3])
 _ADMISSION = AdmissionSettings()
 
 
@@ -34,12 +39,12 @@ _ADMISSION = AdmissionSettings()
 class IntakeSettings:
     """``kyc_intake`` parameters: the strictest limits of the steps after it (a unit
     test holds them to ``face_preprocess`` and ``ocr_preprocess``), and the admission
-    control of ``kyc_ensemble`` (:mod:`kyc.intake.admission`; defaults there)."""
+    control of ``kyc_ensemble`` and ``document_ocr`` (:mod:`kyc.intake.admission`;
+    defaults there; each entry's target latency follows its budget in ``kyc.budgets``)."""
 
     max_image_bytes: int = 20 * 1024 * 1024
     max_image_pixels: int = 40_000_000
     admission: bool = _ADMISSION.enabled
-    admission_target_s: float = _ADMISSION.target_s
     admission_ttl_s: float = _ADMISSION.ttl_s
     admission_initial_limit: float = _ADMISSION.initial_limit
     admission_min_limit: float = _ADMISSION.min_limit
@@ -49,11 +54,10 @@ class IntakeSettings:
     def limits(self) -> ImageLimits:
         return ImageLimits(self.max_image_bytes, self.max_image_pixels, work_max_side=0)
 
-    @property
-    def admission_settings(self) -> AdmissionSettings:
-        return AdmissionSettings(self.admission, self.admission_target_s, self.admission_ttl_s,
+    def admission_settings(self, entry: str) -> AdmissionSettings:
+        return AdmissionSettings(self.admission, _ADMISSION.target_s, self.admission_ttl_s,
                                  self.admission_initial_limit, self.admission_min_limit,
-                                 self.admission_max_limit)
+                                 self.admission_max_limit).for_entry(entry)
 
 
 def check_images(images: Sequence[tuple[str, bytes]], limits: ImageLimits) -> str | None:

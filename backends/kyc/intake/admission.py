@@ -1,31 +1,36 @@
-"""Admission control of ``kyc_ensemble``: a customer is taken only while the server can
-finish it inside its budget, else refused at once (UNAVAILABLE, retry after a backoff).
+"""Admission control of the entries ``kyc_ensemble`` and ``document_ocr``: a request is
+taken only while the server can finish it inside its budget, else refused at once
+(UNAVAILABLE, retry after a backoff).
 
 Why. The ensemble's steps share every queued customer, so without a bound a flash
 crowd slows every customer together and all of them miss the SLA. Triton 2.51's own
 shedding (a dynamic batcher's queue policy) loses wake-ups (``kyc.budgets``), so the
 bound is ours, on mechanisms this Triton has.
 
-How. ``kyc_intake`` (the ensemble's first step, before any model works on the
-customer) takes a *ticket* for each customer whose images pass its checks, or sheds
-the customer when as many tickets as the *limit* are out. The ticket travels through
-the ensemble as a tensor (``ADMISSION``) to ``kyc_decision``, the last step, which
-gives it back with the customer's latency. A customer whose request fails in a step
-between never reaches the decision: its ticket expires after ``ttl_s`` (the SLA).
+How. ``kyc_intake`` (the first step of both entries, before any model works on the
+request) takes a *ticket* for each customer (or document) whose images pass its
+checks, or sheds the request when as many tickets as the *limit* are out. The ticket
+travels through the ensemble as a tensor (``ADMISSION``: entry, slot, generation) to
+the last step (``kyc_decision``, ``ocr_postprocess``), which gives it back with the
+request's latency. A request that fails in a step between never reaches the last
+step: its ticket expires after ``ttl_s`` (the SLA). Each entry has its own limit and
+state (:data:`ENTRIES`): a document read alone costs a fraction of a customer, and
+its budget is the OCR step's (``kyc.budgets.ADMISSION_BUDGET_MS``).
 
 The limit follows measured latency, in the style of Netflix's concurrency-limits
 (AIMD): each ticket given back under the target latency raises it by 1/limit (one per
 limit's worth of customers), but only while the limit was in use (at least half of it
 out when the customer came: idle traffic does not inflate it); a customer over the
 target, or an expired ticket, cuts it by ``decrease`` at most once per half a target.
-The target is a share of the SLA (``kyc.budgets.ADMISSION_TARGET_SHARE``): the mean
-latency of admitted customers kept there leaves their tail inside the SLA. So the
-limit settles near capacity x target (Little's law) on any hardware, and sequential
-customers, never more than one out, are never refused.
+The target is a share of the entry's budget (``kyc.budgets.ADMISSION_TARGET_SHARE``):
+the mean latency of admitted customers kept there leaves their tail inside it. So
+the limit settles near capacity x target (Little's law) on any hardware. A request
+that finds nothing in flight is always taken, whatever its number of customers and
+the limit: sequential customers are never refused.
 
-The state is shared by every instance of ``kyc_intake`` and ``kyc_decision`` of one
-server: a small file in /dev/shm named after the server's pid (the stubs' parent),
-mapped by each stub, every change under an exclusive ``flock``. Outside a server
+The state is shared by every instance of ``kyc_intake`` and the last steps of one
+server: a small file per entry in /dev/shm named after the server's pid (the stubs'
+parent), mapped by each stub, every change under an exclusive ``flock``. Outside a server
 (unit tests, the in-process runtime) it is a plain array and admission is off.
 Counts and times only: no customer data.
 """
@@ -35,12 +40,15 @@ from __future__ import annotations
 import fcntl
 import mmap
 import os
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from kyc.budgets import ADMISSION_TARGET_SHARE, SLA_MS
+from kyc.budgets import ADMISSION_BUDGET_MS, ADMISSION_TARGET_SHARE, SLA_MS
+
+ENTRIES = tuple(ADMISSION_BUDGET_MS)  # a ticket names its entry by its index here
 
 SLOTS = 256  # the most tickets out at once (max_limit is capped to it)
 # header: [magic, limit, last decrease time, out at the last admission]; per slot:
@@ -52,9 +60,12 @@ MAGIC = 20261126.0
 SHM_DIR = Path("/dev/shm")
 
 
-def shm_path(server_pid: int, shm_dir: Path = SHM_DIR) -> Path:
-    """The state file of the tritonserver ``server_pid`` (removed when it stops)."""
-    return shm_dir / f"kyc_{server_pid}_admission"
+def shm_path(server_pid: int, entry: str, shm_dir: Path = SHM_DIR) -> Path:
+    """The state file of ``entry`` in the tritonserver ``server_pid`` (removed when it
+    stops)."""
+    if entry not in ENTRIES:
+        raise ValueError(f"no admission control for {entry!r}")
+    return shm_dir / f"kyc_{server_pid}_admission_{entry}"
 
 
 @dataclass(frozen=True)
@@ -69,14 +80,32 @@ class AdmissionSettings:
     max_limit: float = 64.0
     decrease: float = 0.8  # the limit is multiplied by this on a customer over the target
 
+    def for_entry(self, entry: str) -> AdmissionSettings:
+        """These settings with ``entry``'s target (a share of its budget)."""
+        return replace(self, target_s=ADMISSION_BUDGET_MS[entry] / 1000 * ADMISSION_TARGET_SHARE)
+
+
+TICKET_WIDTH = 3  # a ticket as a tensor row: entry (index in ENTRIES), slot, generation
+
 
 @dataclass(frozen=True)
 class Ticket:
     slot: int
     generation: int
+    entry: str = ENTRIES[0]
 
     def as_array(self) -> np.ndarray:
-        return np.array([self.slot, self.generation], dtype=np.int64)
+        return np.array([ENTRIES.index(self.entry), self.slot, self.generation],
+                        dtype=np.int64)
+
+
+def tickets_in(arrays: Iterable[np.ndarray]) -> list[Ticket]:
+    """The tickets in ``ADMISSION`` tensors (rows of :data:`TICKET_WIDTH`), without the
+    rows that hold none (slot -1: admission off) or name no entry."""
+    rows = [np.asarray(a, np.int64).reshape(-1, TICKET_WIDTH) for a in arrays]
+    return [Ticket(int(slot), int(generation), ENTRIES[int(entry)])
+            for entry, slot, generation in (np.concatenate(rows).tolist() if rows else [])
+            if slot >= 0 and 0 <= entry < len(ENTRIES)]
 
 
 @dataclass(frozen=True)
@@ -150,19 +179,20 @@ class AdmissionState:
         self.slots[free, BACK] = 0.0
         return latencies, int(expired.sum())
 
-    def admit(self, now: float, count: int = 1) -> Admitted:
+    def admit(self, now: float, count: int = 1, entry: str = ENTRIES[0]) -> Admitted:
         """``count`` tickets for the customers of one request arriving at ``now``, all or
-        none: none when they would take more than the limit."""
+        none: none when they would take more than the limit, unless nothing is in
+        flight (an idle server takes any request)."""
         _, expired = self._take_back(now)
         out = int(np.count_nonzero(self.slots[:, TAKEN]))
         self.header[3] = out
-        if out + count > int(self.limit):
+        if out > 0 and out + count > int(self.limit):
             return Admitted((), out, self.limit, expired)
         tickets = []
         for slot in np.flatnonzero(self.slots[:, TAKEN] == 0)[:count].tolist():
             generation = self.slots[slot, GEN] + 1
             self.slots[slot] = (1.0, now, generation, out, 0.0, 0.0)
-            tickets.append(Ticket(slot, int(generation)))
+            tickets.append(Ticket(slot, int(generation), entry))
         self.header[3] = out + count
         return Admitted(tuple(tickets), out + count, self.limit, expired)
 
@@ -178,10 +208,13 @@ class AdmissionState:
 
 
 class SharedAdmission:
-    """:class:`AdmissionState` in a file every stub of one server maps, under ``flock``."""
+    """:class:`AdmissionState` of one entry in a file every stub of one server maps,
+    under ``flock``."""
 
-    def __init__(self, path: Path, settings: AdmissionSettings | None) -> None:
+    def __init__(self, path: Path, settings: AdmissionSettings | None,
+                 entry: str = ENTRIES[0]) -> None:
         self.path = path
+        self.entry = entry
         size = AdmissionState.size()
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
@@ -194,14 +227,14 @@ class SharedAdmission:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     @classmethod
-    def for_server(cls, settings: AdmissionSettings | None) -> SharedAdmission:
-        """The state of the server this stub belongs to (its parent process)."""
-        return cls(shm_path(os.getppid()), settings)
+    def for_server(cls, settings: AdmissionSettings | None, entry: str) -> SharedAdmission:
+        """``entry``'s state in the server this stub belongs to (its parent process)."""
+        return cls(shm_path(os.getppid(), entry), settings, entry)
 
     def admit(self, now: float, count: int = 1) -> Admitted:
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         try:
-            return self.state.admit(now, count)
+            return self.state.admit(now, count, self.entry)
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 
@@ -222,29 +255,63 @@ class SharedAdmission:
         os.close(self._fd)
 
 
+class TicketReturns:
+    """The last step's side: gives back the tickets it receives, each to its entry's
+    state, opened on first use (``open``: an entry's :class:`SharedAdmission`)."""
+
+    def __init__(self, open: Callable[[str], SharedAdmission] | None = None) -> None:
+        self._open = open or (lambda entry: SharedAdmission.for_server(None, entry))
+        self._states: dict[str, SharedAdmission] = {}
+
+    def give_back(self, arrays: Iterable[np.ndarray], now: float) -> int:
+        """Give back the tickets in ``arrays`` (``ADMISSION`` tensors); how many were
+        still out."""
+        by_entry: dict[str, list[Ticket]] = {}
+        for ticket in tickets_in(arrays):
+            by_entry.setdefault(ticket.entry, []).append(ticket)
+        back = 0
+        for entry, tickets in by_entry.items():
+            if entry not in self._states:
+                self._states[entry] = self._open(entry)
+            back += self._states[entry].release_all(tickets, now)
+        return back
+
+    def close(self) -> None:
+        for state in self._states.values():
+            state.close()
+        self._states.clear()
+
+
 class AdmissionMetrics:
-    """``kyc_admission_*`` on Triton's metrics endpoint (labels model, version):
-    customers admitted, shed and whose ticket expired (counters), the limit and the
-    tickets out at the last admission (gauges, set: the state is shared)."""
+    """``kyc_admission_*`` on Triton's metrics endpoint (labels model, version, entry):
+    requests' customers (or documents) admitted, shed and whose ticket expired
+    (counters), the limit and the tickets out at the last admission (gauges, set: the
+    state is shared), per entry (:data:`ENTRIES`)."""
 
     def __init__(self, model: str, version: str, publish: bool = True) -> None:
         from kyc.pipeline.metrics import COUNTER, GAUGE, ModelMetrics
 
-        labels = {"model": model, "version": version}
+        def each(key: str) -> list[tuple[str, dict[str, str]]]:
+            return [(f"{key}:{entry}", {"model": model, "version": version, "entry": entry})
+                    for entry in ENTRIES]
+
         self._metrics = ModelMetrics("kyc_admission", publish)
         add = self._metrics.add
-        add("admitted_total", COUNTER, "kyc_ensemble customers admitted",
-            [("admitted", labels)])
-        add("shed_total", COUNTER, "kyc_ensemble customers refused at once (UNAVAILABLE): "
-            "the limit of customers in flight was reached", [("shed", labels)])
-        add("expired_total", COUNTER, "admission tickets never given back (the customer's "
-            "request failed in a step before the decision)", [("expired", labels)])
-        add("limit", GAUGE, "customers the server takes in flight now", [("limit", labels)])
-        add("in_flight", GAUGE, "customers in flight at the last admission",
-            [("in_flight", labels)])
+        add("admitted_total", COUNTER, "customers (documents for document_ocr) admitted",
+            each("admitted"))
+        add("shed_total", COUNTER, "customers (documents) refused at once (UNAVAILABLE): "
+            "the limit of requests in flight was reached", each("shed"))
+        add("expired_total", COUNTER, "admission tickets never given back (the request "
+            "failed in a step before the last)", each("expired"))
+        add("limit", GAUGE, "customers (documents) the server takes in flight now",
+            each("limit"))
+        add("in_flight", GAUGE, "customers (documents) in flight at the last admission",
+            each("in_flight"))
 
-    def record(self, decision: Admitted, rows: int) -> None:
-        get = self._metrics.get
+    def record(self, decision: Admitted, rows: int, entry: str = ENTRIES[0]) -> None:
+        def get(key: str):
+            return self._metrics.get(f"{key}:{entry}")
+
         get("admitted" if decision.tickets else "shed").increment(rows)
         if decision.expired:
             get("expired").increment(decision.expired)

@@ -97,13 +97,14 @@ def recording_rules(models: Sequence[ServedModel]) -> list[dict[str, str]]:
          "expr": "sum by (namespace) (rate(kyc_liveness_sessions_started_total[15m]))"},
         {"record": "kyc:liveness_sessions_evicted:rate15m",
          "expr": "sum by (namespace) (rate(kyc_liveness_sessions_evicted_total[15m]))"},
-        # kyc_intake's admission control of kyc_ensemble (kyc.intake.admission)
+        # kyc_intake's admission control of kyc_ensemble and document_ocr, per entry
+        # (kyc.intake.admission)
         {"record": f"kyc:admission_admitted:rate{w}",
-         "expr": f"sum by (namespace) (rate(kyc_admission_admitted_total[{w}]))"},
+         "expr": f"sum by (namespace, entry) (rate(kyc_admission_admitted_total[{w}]))"},
         {"record": f"kyc:admission_shed:rate{w}",
-         "expr": f"sum by (namespace) (rate(kyc_admission_shed_total[{w}]))"},
+         "expr": f"sum by (namespace, entry) (rate(kyc_admission_shed_total[{w}]))"},
         {"record": "kyc:admission_limit:sum",
-         "expr": "sum by (namespace) (kyc_admission_limit)"},
+         "expr": "sum by (namespace, entry) (kyc_admission_limit)"},
     ]
     # each model's queue budget as a series, for the alert and the dashboard
     rules.append({"record": "kyc:queue_budget_us", "expr": " or ".join(
@@ -167,8 +168,9 @@ def _fleet_alerts() -> list[dict[str, Any]]:
         _alert("KycCustomersShed",
                f"kyc:admission_shed:rate{w} / clamp_min(kyc:admission_shed:rate{w} + "
                f"kyc:admission_admitted:rate{w}, 0.001) > {SHED_SHARE_WARN}", "warning",
-               "{{ $value | humanizePercentage }} of customers are refused at capacity",
-               "kyc_intake's admission control refuses kyc_ensemble customers (UNAVAILABLE, "
+               "{{ $value | humanizePercentage }} of {{ $labels.entry }} requests are refused "
+               "at capacity",
+               "kyc_intake's admission control refuses {{ $labels.entry }} requests (UNAVAILABLE, "
                "the SDK retries) because the servers are at the number they can finish inside "
                f"the SLA, for {FOR_SHEDDING}: add replicas (is the autoscaler at its "
                "maximum?); kyc:admission_limit:sum is the fleet's capacity in flight.",

@@ -38,7 +38,7 @@ SHM_DIR = Path("/dev/shm")
 # Our Python-backend shared-memory regions are named kyc_<launcher pid>_<token>_<uuid>.
 _SHM_PREFIX_RE = re.compile(r"^kyc_(\d+)_[0-9a-f]{6}_")
 # kyc.intake.admission's state file, named after the tritonserver's own pid
-_ADMISSION_RE = re.compile(r"^kyc_(\d+)_admission$")
+_ADMISSION_RE = re.compile(r"^kyc_(\d+)_admission_[a-z_]+$")
 
 
 # Locked by the admin key in production: loading models, client-registered shared
@@ -464,9 +464,9 @@ class TritonServer:
             code = self.process.wait() if code is None else code
         removed = remove_shm_regions(self.shm_prefix)
         if self.process is not None:
-            from kyc.intake.admission import shm_path
+            from kyc.intake.admission import ENTRIES, shm_path
 
-            removed += _unlink_all([shm_path(self.process.pid)])
+            removed += _unlink_all([shm_path(self.process.pid, e) for e in ENTRIES])
         if removed:
             log.info("removed %d shared-memory regions left by the server", len(removed))
         if self._backend_tmp is not None:
