@@ -10,9 +10,10 @@ Images are paths or encoded bytes (JPEG, PNG, WebP). Errors are typed:
 undecodable image), :class:`KycTimeoutError`, :class:`KycUnavailableError` (no
 server, or not ready), :class:`KycServerError` (anything else the server said).
 
-Retries: ``verify`` and ``find_face`` are stateless and idempotent, so the SDK
-retries them when the server answers UNAVAILABLE (a request shed by a model's queue
-policy under overload, a server not ready yet, a connection refused), with
+Retries: ``verify``, ``read_document`` and ``find_face`` are stateless and
+idempotent, so the SDK retries them when the server answers UNAVAILABLE (a request
+shed by admission control or a model's queue policy under overload, a server not
+ready yet, a connection refused), with
 exponential backoff and jitter, within an overall deadline (:class:`RetryPolicy`;
 ``retry=NO_RETRY`` turns it off). Nothing else is retried: not bad input
 (INVALID_ARGUMENT), not a timeout (the work may still be running), not an internal
@@ -205,6 +206,16 @@ class LivenessSession:
         return self.final.token
 
 
+DOCUMENT_MODEL = "document_ocr"
+
+
+def _document(result: Any) -> dict:
+    """``document_ocr``'s answer: ``document`` (DOCUMENT: ``mrz``, ``fields``,
+    ``expired``) and ``lines`` (TEXT_LINES), as the contract gives them."""
+    return {"document": json.loads(result.as_numpy("DOCUMENT")[0, 0]),
+            "lines": json.loads(result.as_numpy("TEXT_LINES")[0, 0])}
+
+
 def _verify_inputs(grpc: Any, document: Image, selfie: Image, token: bytes) -> list:
     return [bytes_input(name, value, grpc) for name, value in (
         ("DOCUMENT_IMAGE", _bytes(document)), ("SELFIE_IMAGE", _bytes(selfie)),
@@ -238,6 +249,13 @@ class KycClient:
         no liveness done, which is never approved). Retried when shed (UNAVAILABLE)."""
         inputs = _verify_inputs(self._grpc, document, selfie, liveness_token)
         return Verification.from_result(self._infer(ENTRY_MODEL, inputs))
+
+    def read_document(self, document: Image) -> dict:
+        """``document_ocr`` on one document photo: ``document`` (the MRZ, its checks and
+        fields) and ``lines`` (the text lines read). Retried when shed (UNAVAILABLE)."""
+        result = self._infer(DOCUMENT_MODEL, [bytes_input("IMAGE", _bytes(document),
+                                                          self._grpc)])
+        return _document(result)
 
     def find_face(self, image: Image) -> dict:
         """``face_preprocess`` on one image: ``found``, ``box`` (x1, y1, x2, y2 in the
@@ -302,19 +320,27 @@ class AsyncKycClient:
         self.url, self.timeout_s, self.retry, self._grpc = url, timeout_s, retry, grpcclient
         self._client = aioclient.InferenceServerClient(url)
 
+    async def _infer(self, model: str, inputs: list) -> Any:
+        """One idempotent request, retried per ``self.retry``."""
+
+        async def once() -> Any:
+            try:
+                return await self._client.infer(model, inputs, client_timeout=self.timeout_s)
+            except Exception as exc:
+                raise _translate(exc) from None
+
+        return await acall_with_retries(once, self.retry)
+
     async def verify(self, document: Image, selfie: Image,
                      liveness_token: bytes = b"") -> Verification:
         """As :meth:`KycClient.verify` (retried when shed)."""
         inputs = _verify_inputs(self._grpc, document, selfie, liveness_token)
+        return Verification.from_result(await self._infer(ENTRY_MODEL, inputs))
 
-        async def once() -> Any:
-            try:
-                return await self._client.infer(ENTRY_MODEL, inputs,
-                                                client_timeout=self.timeout_s)
-            except Exception as exc:
-                raise _translate(exc) from None
-
-        return Verification.from_result(await acall_with_retries(once, self.retry))
+    async def read_document(self, document: Image) -> dict:
+        """As :meth:`KycClient.read_document` (retried when shed)."""
+        return _document(await self._infer(
+            DOCUMENT_MODEL, [bytes_input("IMAGE", _bytes(document), self._grpc)]))
 
     async def liveness_capture(self, sequence_id: int | str | None = None
                                ) -> AsyncLivenessCapture:

@@ -254,3 +254,53 @@ def test_documents_alone_are_shed_past_their_own_limit_and_customers_are_not(
         before, "kyc_admission_shed_total", "document_ocr") == len(run.shed)
     assert metric(after, "kyc_admission_shed_total") == metric(before, "kyc_admission_shed_total")
     assert customer.as_numpy("DECISION") is not None
+
+
+@pytest.fixture(scope="module")
+def narrow_server(tmp_path_factory):
+    """The shipped repository with a limit of 1 request in flight per entry."""
+    from kyc.repo.config_edit import edit_config
+
+    require_weights()
+    root = tmp_path_factory.mktemp("narrow")
+    repo = copy_tree(SHIPPED_REPOSITORY, root / "repo")
+    path = repo / "kyc_intake" / "config.pbtxt"
+
+    def one(config) -> None:
+        for key in ("admission_initial_limit", "admission_min_limit", "admission_max_limit"):
+            config.parameters[key].string_value = "1"
+
+    path.write_text(edit_config(path.read_text(), one))
+    server = start_server(repo, root / "server.log")
+    yield server
+    server.stop()
+
+
+def test_the_sdk_retries_a_shed_customer_and_document_until_it_is_answered(
+        narrow_server, customers):
+    """What a client of the SDK sees: requests sent together to a server that takes one
+    at a time are shed (counted) and retried with backoff until each is answered."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kyc.client import KycClient, RetryPolicy
+
+    patient = RetryPolicy(attempts=10, base_delay_s=0.2, max_delay_s=2.0, deadline_s=60.0)
+    start = threading.Barrier(4)
+
+    def call(k: int):
+        with KycClient(narrow_server.options.grpc_url, timeout_s=60, retry=patient) as kyc:
+            start.wait()
+            if k % 2 == 0:  # the same person on both images, no liveness token: review
+                return kyc.verify(*customers[0])
+            return kyc.read_document(customers[k % len(customers)][0])
+
+    before = scrape(narrow_server)
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(call, range(4)))
+    after = scrape(narrow_server)
+    assert [a.decision for a in answers[0::2]] == ["review", "review"]  # no liveness token
+    assert all(a["document"]["mrz"]["valid"] for a in answers[1::2])
+    shed = sum(metric(after, "kyc_admission_shed_total", entry)
+               - metric(before, "kyc_admission_shed_total", entry)
+               for entry in ("kyc_ensemble", "document_ocr"))
+    assert shed >= 1, "two requests of each entry sent together: one of each waits its turn"
