@@ -6,6 +6,7 @@ import functools
 import shutil
 import textwrap
 import threading
+import urllib.request
 from pathlib import Path
 
 import onnx
@@ -238,3 +239,21 @@ def ensemble_inputs(document: bytes, selfie: bytes, token: bytes = b"") -> list:
         tensor.set_data_from_numpy(np.array([[value]], dtype=np.object_))
         tensors.append(tensor)
     return tensors
+
+
+def scrape(server: TritonServer) -> str:
+    """The server's Prometheus metrics, as text."""
+    with urllib.request.urlopen(server.options.metrics_url, timeout=10) as response:
+        return response.read().decode()
+
+
+def metric_sum(text: str, name: str, **labels: str) -> float:
+    """The sum of the samples ``name`` whose labels include ``labels`` (prometheus_client's
+    parser of the text format, which names a counter's samples ``..._total`` even where
+    Triton's ``nv_*`` counters have no such suffix)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    names = {name, name + "_total"}
+    return sum(sample.value for family in text_string_to_metric_families(text)
+               for sample in family.samples
+               if sample.name in names and labels.items() <= sample.labels.items())

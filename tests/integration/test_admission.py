@@ -11,11 +11,9 @@ KYC_OVERLOAD_S sets the length of the load (default 20 s; the long version: 120)
 from __future__ import annotations
 
 import os
-import re
 import statistics
 import threading
 import time
-import urllib.request
 
 import numpy as np
 import pytest
@@ -31,7 +29,9 @@ from kyc_testing import (
     ensemble_customers,
     ensemble_inputs,
     liveness_step,
+    metric_sum,
     require_weights,
+    scrape,
     start_server,
 )
 from loadgen import OK, closed_loop_rate, percentile, run_open_loop, summarize, triton_starter
@@ -65,13 +65,7 @@ def customers() -> list[tuple[bytes, bytes]]:
 
 def metric(text: str, name: str, entry: str = MODEL) -> float:
     """The sum of ``name``'s values for ``entry`` (its ``entry`` label)."""
-    return sum(float(v) for v in re.findall(
-        rf'^{name}{{[^}}]*entry="{entry}"[^}}]*}} (\S+)$', text, re.MULTILINE))
-
-
-def scrape(server) -> str:
-    with urllib.request.urlopen(server.options.metrics_url, timeout=10) as response:
-        return response.read().decode()
+    return metric_sum(text, name, entry=entry)
 
 
 class LivenessFrames(threading.Thread):

@@ -14,7 +14,6 @@ README's).
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -31,7 +30,14 @@ from kyc.assets.fetch import fetch_test_photos
 from kyc.client import KycClient
 from kyc.repo.config_edit import set_string_parameter
 from kyc.runtime.server import free_port
-from kyc_testing import SHIPPED_REPOSITORY, copy_tree, require_weights, start_server
+from kyc_testing import (
+    SHIPPED_REPOSITORY,
+    copy_tree,
+    metric_sum,
+    require_weights,
+    scrape,
+    start_server,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -151,10 +157,8 @@ def shot(page, name: str) -> None:
 
 
 def liveness_requests(triton) -> int:
-    text = urllib.request.urlopen(triton.options.metrics_url, timeout=10).read()
-    found = re.search(rb'nv_inference_request_success\{model="liveness_sequence",'
-                      rb'version="1"\} (\d+)', text)
-    return int(found.group(1)) if found else 0
+    return int(metric_sum(scrape(triton), "nv_inference_request_success",
+                          model="liveness_sequence", version="1"))
 
 
 def reason_codes(page) -> list[str]:

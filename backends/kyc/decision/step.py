@@ -26,7 +26,6 @@ import numpy as np
 
 from kyc.decision.features import FEATURES, FEATURES_VERSION, Observation, vector
 from kyc.decision.policy import DecisionSettings, Findings, LivenessEvidence, decide
-from kyc.intake import ADMISSION_OUTPUT as ADMISSION_INPUT
 from kyc.intake.admission import TicketReturns
 from kyc.liveness.token import TokenError, TokenExpiredError, TokenSealer, load_key
 from kyc.pipeline.modelconfig import Repository
@@ -107,9 +106,7 @@ class DecisionStep:
         """Give back the admission tickets of the customers of ``requests`` (their work
         is done but for this step's)."""
         if self.admission is not None:
-            self.admission.give_back(
-                [r.inputs[ADMISSION_INPUT] for r in requests if ADMISSION_INPUT in r.inputs],
-                time.time())
+            self.admission.give_back_requests(requests, time.time())
 
     def run(self, requests: Sequence[Request]) -> list[Answer]:
         """One answer per request, in order."""

@@ -21,7 +21,6 @@ import numpy as np
 
 from kyc.document.ocr import DocumentReader, OcrSettings, TextLine, document_report
 from kyc.image import ImageError, ImageLimits, decode_image, letterbox
-from kyc.intake import ADMISSION_OUTPUT as ADMISSION_INPUT
 from kyc.intake import IntakeSettings
 from kyc.intake.admission import TicketReturns
 from kyc.pipeline.modelconfig import Repository
@@ -155,6 +154,4 @@ class OcrPostprocessStep:
             return batched(requests, _pages, self.reader.read, _answer)
         finally:  # after the reading, most of a document's time
             if self.admission is not None:
-                self.admission.give_back(
-                    [r.inputs[ADMISSION_INPUT] for r in requests if ADMISSION_INPUT in r.inputs],
-                    time.time())
+                self.admission.give_back_requests(requests, time.time())

@@ -21,17 +21,17 @@ admitted against its own limit (:mod:`kyc.intake.admission`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kyc.image import ImageError, ImageLimits, check_image
-from kyc.intake.admission import AdmissionSettings
+from kyc.intake.admission import TICKET_TENSOR, AdmissionSettings
 
 IMAGE_INPUTS = ("DOCUMENT_IMAGE", "SELFIE_IMAGE")
 OUTPUT_PREFIX = "CHECKED_"  # each output: its input, passed on unchanged
 # the entry a request belongs to, by the images it carries
 ENTRY_OF_IMAGES = {IMAGE_INPUTS: "kyc_ensemble", IMAGE_INPUTS[:1]: "document_ocr"}
 
-ADMISSION_OUTPUT = "ADMISSION"  # the request's tickets, to its last step (int64 [3])
+ADMISSION_OUTPUT = TICKET_TENSOR  # the request's tickets, to its last step (int64 [3])
 _ADMISSION = AdmissionSettings()
 
 
@@ -55,9 +55,10 @@ class IntakeSettings:
         return ImageLimits(self.max_image_bytes, self.max_image_pixels, work_max_side=0)
 
     def admission_settings(self, entry: str) -> AdmissionSettings:
-        return AdmissionSettings(self.admission, _ADMISSION.target_s, self.admission_ttl_s,
-                                 self.admission_initial_limit, self.admission_min_limit,
-                                 self.admission_max_limit).for_entry(entry)
+        return replace(_ADMISSION, enabled=self.admission, ttl_s=self.admission_ttl_s,
+                       initial_limit=self.admission_initial_limit,
+                       min_limit=self.admission_min_limit,
+                       max_limit=self.admission_max_limit).for_entry(entry)
 
 
 def check_images(images: Sequence[tuple[str, bytes]], limits: ImageLimits) -> str | None:

@@ -86,6 +86,7 @@ class AdmissionSettings:
 
 
 TICKET_WIDTH = 3  # a ticket as a tensor row: entry (index in ENTRIES), slot, generation
+TICKET_TENSOR = "ADMISSION"  # kyc_intake's output, the last steps' optional input
 
 
 @dataclass(frozen=True)
@@ -262,6 +263,12 @@ class TicketReturns:
     def __init__(self, open: Callable[[str], SharedAdmission] | None = None) -> None:
         self._open = open or (lambda entry: SharedAdmission.for_server(None, entry))
         self._states: dict[str, SharedAdmission] = {}
+
+    def give_back_requests(self, requests: Iterable, now: float) -> int:
+        """Give back the tickets of ``requests`` (each with ``inputs`` by tensor name;
+        those without :data:`TICKET_TENSOR` hold none)."""
+        return self.give_back([r.inputs[TICKET_TENSOR] for r in requests
+                               if TICKET_TENSOR in r.inputs], now)
 
     def give_back(self, arrays: Iterable[np.ndarray], now: float) -> int:
         """Give back the tickets in ``arrays`` (``ADMISSION`` tensors); how many were
