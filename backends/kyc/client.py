@@ -216,6 +216,10 @@ def _document(result: Any) -> dict:
             "lines": json.loads(result.as_numpy("TEXT_LINES")[0, 0])}
 
 
+def _document_inputs(grpc: Any, document: Image) -> list:
+    return [bytes_input("IMAGE", _bytes(document), grpc)]
+
+
 def _verify_inputs(grpc: Any, document: Image, selfie: Image, token: bytes) -> list:
     return [bytes_input(name, value, grpc) for name, value in (
         ("DOCUMENT_IMAGE", _bytes(document)), ("SELFIE_IMAGE", _bytes(selfie)),
@@ -253,9 +257,7 @@ class KycClient:
     def read_document(self, document: Image) -> dict:
         """``document_ocr`` on one document photo: ``document`` (the MRZ, its checks and
         fields) and ``lines`` (the text lines read). Retried when shed (UNAVAILABLE)."""
-        result = self._infer(DOCUMENT_MODEL, [bytes_input("IMAGE", _bytes(document),
-                                                          self._grpc)])
-        return _document(result)
+        return _document(self._infer(DOCUMENT_MODEL, _document_inputs(self._grpc, document)))
 
     def find_face(self, image: Image) -> dict:
         """``face_preprocess`` on one image: ``found``, ``box`` (x1, y1, x2, y2 in the
@@ -339,8 +341,8 @@ class AsyncKycClient:
 
     async def read_document(self, document: Image) -> dict:
         """As :meth:`KycClient.read_document` (retried when shed)."""
-        return _document(await self._infer(
-            DOCUMENT_MODEL, [bytes_input("IMAGE", _bytes(document), self._grpc)]))
+        return _document(await self._infer(DOCUMENT_MODEL,
+                                           _document_inputs(self._grpc, document)))
 
     async def liveness_capture(self, sequence_id: int | str | None = None
                                ) -> AsyncLivenessCapture:

@@ -32,8 +32,6 @@ from kyc.document.evaluation import DocumentCase, render_cases, score
 from kyc.pipeline.local import LocalRepository
 from kyc.pipeline.step import Request
 
-DOCUMENT_MODELS = ("document_ocr", "kyc_intake", "ocr_preprocess", "ocr_det",
-                   "ocr_postprocess", "ocr_rec")
 PEER_PACKAGE = "rapidocr-onnxruntime"
 
 

@@ -14,8 +14,8 @@ travels through the ensemble as a tensor (``ADMISSION``: entry, slot, generation
 the last step (``kyc_decision``, ``ocr_postprocess``), which gives it back with the
 request's latency. A request that fails in a step between never reaches the last
 step: its ticket expires after ``ttl_s`` (the SLA). Each entry has its own limit and
-state (:data:`ENTRIES`): a document read alone costs a fraction of a customer, and
-its budget is the OCR step's (``kyc.budgets.ADMISSION_BUDGET_MS``).
+state (:data:`ENTRIES`): a document read alone costs a fraction of a customer; the
+budgets are ``kyc.budgets.ADMISSION_BUDGET_MS`` (the SLA for both, and why).
 
 The limit follows measured latency, in the style of Netflix's concurrency-limits
 (AIMD): each ticket given back under the target latency raises it by 1/limit (one per
