@@ -1,4 +1,5 @@
-"""resident_union_mib: pages shared by two processes are counted once."""
+"""resident_union_mib: pages shared by two processes are counted once;
+resident_by_kind: where a process's resident pages lie."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kyc.bench.procmem import resident_union_mib
+from kyc.bench.procmem import resident_by_kind, resident_union_mib
 
 SIZE = 64 * 2**20
 
@@ -45,3 +46,22 @@ def test_a_shared_region_mapped_by_two_processes_counts_once():
 
 def test_a_process_that_is_gone_gives_no_figure():
     assert resident_union_mib([2**22 + 12345]) is None
+
+
+def test_pages_of_a_dev_shm_region_count_as_shm_and_a_bytearray_as_anon():
+    name = Path(f"/dev/shm/kyc-procmem-{os.getpid()}")
+    before = resident_by_kind(os.getpid())
+    with name.open("w+b") as f:
+        f.truncate(SIZE)
+        region = mmap.mmap(f.fileno(), SIZE)
+        region.write(b"y" * SIZE)
+        heap = bytearray(b"z" * SIZE)
+        try:
+            after = resident_by_kind(os.getpid())
+            assert after["shm"] - before["shm"] >= 0.9 * SIZE / 2**20
+            assert after["anon"] - before["anon"] >= 0.9 * SIZE / 2**20
+            assert abs(after["file"] - before["file"]) < 0.5 * SIZE / 2**20
+        finally:
+            region.close()
+            name.unlink()
+    assert heap and resident_by_kind(2**22 + 12345) == {}

@@ -7,7 +7,9 @@ server and by a stub) are counted several times. PSS divides each shared page
 among its users, including processes outside the group. The exact figure is the
 number of distinct physical pages resident in the group: read from
 ``/proc/PID/pagemap``, which gives page frame numbers only to root (others read
-zeros, and then this returns None).
+zeros, and then this returns None). ``resident_by_kind`` tells where a process's
+resident pages lie: its own memory (heap and anonymous mappings), shared memory
+(``/dev/shm``: the Python backend's tensor regions) or files (libraries, weights).
 """
 
 from __future__ import annotations
@@ -33,6 +35,28 @@ def _resident_ranges(pid: int) -> list[tuple[int, int]]:
         elif head == "Rss:" and current is not None and int(line.split()[1]) > 0:
             ranges.append(current)
     return ranges
+
+
+def resident_by_kind(pid: int) -> dict[str, float]:
+    """MiB resident in ``pid``'s mappings by kind: "anon" (heap, stacks, anonymous
+    mappings: allocator arenas), "shm" (``/dev/shm`` regions) and "file"; an empty
+    dict when the process is gone."""
+    kib = {"anon": 0, "shm": 0, "file": 0}
+    kind = "anon"
+    try:
+        text = Path(f"/proc/{pid}/smaps").read_text()
+    except OSError:
+        return {}
+    for line in text.splitlines():
+        head = line.split(None, 1)[0]
+        if "-" in head and not head.endswith(":"):
+            fields = line.split(None, 5)
+            name = fields[5] if len(fields) > 5 else ""
+            kind = ("shm" if name.startswith("/dev/shm/") else
+                    "file" if name.startswith("/") else "anon")
+        elif head == "Rss:":
+            kib[kind] += int(line.split()[1])
+    return {k: round(v / 1024, 1) for k, v in kib.items()}
 
 
 def _frames(pid: int) -> np.ndarray:
