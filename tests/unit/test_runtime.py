@@ -73,6 +73,8 @@ def test_command_line_runs_poll_mode_on_the_chosen_ports_with_a_locked_repositor
         "--http-restricted-api=model-repository:admin-key=sekret",
         "--grpc-restricted-protocol=model-repository:admin-key=sekret",
         f"--backend-config=python,shm-region-prefix-name={server.shm_prefix}",
+        f"--backend-config=python,shm-default-byte-size={64 * 2**20}",
+        "--grpc-infer-allocation-pool-size=0",
         "--pinned-memory-pool-byte-size=0",
     ):
         assert arg in cmd
