@@ -6,7 +6,9 @@ import functools
 import shutil
 import textwrap
 import threading
+import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import onnx
@@ -14,6 +16,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from onnx import TensorProto, helper
 
+from kyc.client import DEFAULT_RETRY
 from kyc.liveness.client import LivenessReply, frame_input
 from kyc.runtime.server import ServerError, ServerOptions, TritonServer, free_port
 
@@ -184,6 +187,36 @@ def concurrently(url: str, model: str, inputs: list[list[grpcclient.InferInput]]
             client.async_infer(model, tensors, functools.partial(callback, index),
                                client_timeout=120)
         assert done.wait(180), "requests did not finish"
+    finally:
+        client.close()
+    return results
+
+
+def shed(result) -> bool:
+    """Refused by admission control (UNAVAILABLE, "at capacity"): a client sends it
+    again after a backoff (the SDK does, kyc.client)."""
+    return (isinstance(result, Exception) and "UNAVAILABLE" in str(result.status())
+            and "at capacity" in result.message())
+
+
+def concurrently_as_a_client(url: str, model: str, inputs: list[list[grpcclient.InferInput]],
+                             on_shed: Callable[[], None] = lambda: None) -> list:
+    """:func:`concurrently`, then each request that admission control shed (a busy
+    machine: the limit follows measured capacity) sent again alone after the SDK's
+    backoff, as a client does; ``on_shed`` is called for each time."""
+    results = concurrently(url, model, inputs)
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        for index, tensors in enumerate(inputs):
+            for retry in range(1, DEFAULT_RETRY.attempts):
+                if not shed(results[index]):
+                    break
+                on_shed()
+                time.sleep(DEFAULT_RETRY.delay_s(retry))
+                try:
+                    results[index] = client.infer(model, tensors, client_timeout=120)
+                except Exception as exc:
+                    results[index] = exc
     finally:
         client.close()
     return results

@@ -198,6 +198,12 @@ def test_eight_concurrent_clients_each_finish_a_live_session_one_request_per_cal
         ids |= own
     assert len(ids) == CLIENTS  # one id per session, none shared
     sent = sum(t["frames"] for t, _, _ in results)
+    # The Python backend reports a batch's statistics at the end of its execute, after
+    # sending the responses (python_backend's PbMetricReporter): on a busy machine the
+    # last ones land a moment after the client has its answer (seen: 203 of 204)
+    deadline = time.monotonic() + 10
+    while inference_count(server) - before < sent and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert inference_count(server) - before == sent  # one request per next(), no others
     assert is_ready(server.options.http_url)
 

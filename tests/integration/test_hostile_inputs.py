@@ -18,7 +18,6 @@ import json
 import os
 import statistics
 import string
-import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -31,12 +30,17 @@ import hostile
 from kyc.assets.fetch import fetch_test_photos
 from kyc.bench.core import process_memory
 from kyc.bench.procmem import resident_by_kind
-from kyc.client import DEFAULT_RETRY
 from kyc.document.synthetic import Degradation, random_identity, render_document
 from kyc.repo.config import load_config
 from kyc.runtime.procs import stub_instance
 from kyc.runtime.server import is_ready
-from kyc_testing import SHIPPED_REPOSITORY, concurrently, copy_tree, require_weights, start_server
+from kyc_testing import (
+    SHIPPED_REPOSITORY,
+    concurrently_as_a_client,
+    copy_tree,
+    require_weights,
+    start_server,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -145,13 +149,6 @@ def outcome(expect: str, result) -> str | None:
     return None  # "OK" and ANSWER_OR_INVALID answered
 
 
-def shed(result) -> bool:
-    """Refused by admission control (UNAVAILABLE, "at capacity"): a client retries it
-    after a backoff (the SDK does, kyc.client)."""
-    return (isinstance(result, Exception) and "UNAVAILABLE" in str(result.status())
-            and "at capacity" in result.message())
-
-
 def valid_inputs(model: str, images: dict) -> list[grpcclient.InferInput]:
     if model == "kyc_ensemble":
         step = hostile.Step((hostile.encoded("DOCUMENT_IMAGE", images["document"]),
@@ -193,21 +190,8 @@ class Corpus:
         if problem:
             self.failures.append(f"{case.kind} -> {case.model}: {problem}")
 
-    def again_when_shed(self, client: grpcclient.InferenceServerClient, model: str,
-                        inputs: list[grpcclient.InferInput], result):
-        """``result``, or when admission control shed it (a slow or busy machine: the
-        limit follows measured capacity), the request sent again alone with the SDK's
-        backoff, as a client does; it must then end as its case says."""
-        for retry in range(1, DEFAULT_RETRY.attempts):
-            if not shed(result):
-                break
-            self.retried += 1
-            time.sleep(DEFAULT_RETRY.delay_s(retry))
-            try:
-                result = client.infer(model, inputs, client_timeout=120)
-            except Exception as exc:
-                result = exc
-        return result
+    def _count_shed(self) -> None:
+        self.retried += 1
 
     def send(self, client: grpcclient.InferenceServerClient) -> None:
         # one-request cases: 7 hostile and 1 valid request at once, so they share batches
@@ -221,8 +205,7 @@ class Corpus:
                 inputs = [tensors(c.steps[0]) for c in chunk]
                 if check_valid:
                     inputs.append(valid_inputs(model, self.images))
-                results = [self.again_when_shed(client, model, sent, result) for sent, result
-                           in zip(inputs, concurrently(self.url, model, inputs), strict=True)]
+                results = concurrently_as_a_client(self.url, model, inputs, self._count_shed)
                 for case, result in zip(chunk, results, strict=False):
                     self.record(case, case.steps[0], result)
                 if check_valid:

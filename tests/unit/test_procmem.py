@@ -48,14 +48,17 @@ def test_a_process_that_is_gone_gives_no_figure():
     assert resident_union_mib([2**22 + 12345]) is None
 
 
-def test_pages_of_a_dev_shm_region_count_as_shm_and_a_bytearray_as_anon():
+def test_pages_of_a_dev_shm_region_count_as_shm_and_of_a_private_mapping_as_anon():
+    # fresh mappings, written: pages the process cannot have had resident before (a
+    # bytearray could reuse heap pages freed earlier in the same process)
     name = Path(f"/dev/shm/kyc-procmem-{os.getpid()}")
     before = resident_by_kind(os.getpid())
+    own = mmap.mmap(-1, SIZE, flags=mmap.MAP_PRIVATE)
+    own.write(b"z" * SIZE)
     with name.open("w+b") as f:
         f.truncate(SIZE)
         region = mmap.mmap(f.fileno(), SIZE)
         region.write(b"y" * SIZE)
-        heap = bytearray(b"z" * SIZE)
         try:
             after = resident_by_kind(os.getpid())
             assert after["shm"] - before["shm"] >= 0.9 * SIZE / 2**20
@@ -63,5 +66,6 @@ def test_pages_of_a_dev_shm_region_count_as_shm_and_a_bytearray_as_anon():
             assert abs(after["file"] - before["file"]) < 0.5 * SIZE / 2**20
         finally:
             region.close()
+            own.close()
             name.unlink()
-    assert heap and resident_by_kind(2**22 + 12345) == {}
+    assert resident_by_kind(2**22 + 12345) == {}
