@@ -32,7 +32,7 @@ from kyc.bench.core import process_memory
 from kyc.bench.procmem import resident_by_kind
 from kyc.document.synthetic import Degradation, random_identity, render_document
 from kyc.repo.config import load_config
-from kyc.runtime.procs import stub_instance
+from kyc.runtime.procs import children, stub_instance
 from kyc.runtime.server import is_ready
 from kyc_testing import (
     SHIPPED_REPOSITORY,
@@ -95,17 +95,6 @@ def tensors(step: hostile.Step) -> list[grpcclient.InferInput]:
     return out
 
 
-def stub_pids(server_pid: int) -> set[int]:
-    pids = set()
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and f"PPid:\t{server_pid}\n" in (entry / "status").read_text():
-                pids.add(int(entry.name))
-        except OSError:
-            continue
-    return pids
-
-
 def resident_mib(pid: int) -> float:
     return statistics.median(process_memory(pid)["resident_mib"] for _ in range(3))
 
@@ -113,7 +102,7 @@ def resident_mib(pid: int) -> float:
 def by_process(pid: int) -> dict[str, dict[str, float]]:
     """Resident MiB of the server and each stub by kind of mapping (a region of
     /dev/shm counts in the server and in its stub)."""
-    procs = {"tritonserver": pid, **{stub_instance(s): s for s in stub_pids(pid)}}
+    procs = {"tritonserver": pid, **{stub_instance(s): s for s in children(pid)}}
     return {name: resident_by_kind(p) for name, p in sorted(procs.items())}
 
 
@@ -249,7 +238,7 @@ def test_every_hostile_request_fails_alone_and_leaves_the_server_as_it_was(serve
     before = {m: answer_of(m, client.infer(m, valid_inputs(m, images))) for m in MODELS}
     assert before["face_preprocess"] == (True, 1)
     pid = server.process.pid
-    stubs, memory, snapshots = stub_pids(pid), [resident_mib(pid)], [by_process(pid)]
+    stubs, memory, snapshots = set(children(pid)), [resident_mib(pid)], [by_process(pid)]
 
     # three times: every outcome must hold on a warm server too, valid requests answer
     # as before after each pass, and memory levels off
@@ -284,7 +273,7 @@ def test_every_hostile_request_fails_alone_and_leaves_the_server_as_it_was(serve
             "\n".join(corpus.failures[:30])
     assert is_ready(server.options.http_url)
     assert all(after == before for after in afters)
-    assert stub_pids(pid) == stubs, "a stub process was restarted or added"
+    assert set(children(pid)) == stubs, "a stub process was restarted or added"
     log = log_file.read_text(errors="replace")
     assert "Stub process" not in log and "unhealthy" not in log
     assert max(memory[1:]) <= memory[0] + MEMORY_BOUND_MIB, "memory beyond the documented bound"

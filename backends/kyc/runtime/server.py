@@ -57,7 +57,7 @@ PYTHON_SHM_DEFAULT_BYTES = 64 * 2**20
 # gRPC request/response objects kept for reuse. Each one kept holds the capacity of
 # the largest request it carried (up to the 20 MiB image limit): with Triton's 8,
 # the server's own memory moved by 20-50 MiB from pass to pass of the hostile corpus;
-# with none kept, by 0-18 MiB. Allocating one per request costs microseconds.
+# with none kept, by -4 to +18 MiB. Allocating one per request costs microseconds.
 GRPC_INFER_ALLOCATION_POOL_SIZE = 0
 
 
