@@ -290,3 +290,75 @@ def metric_sum(text: str, name: str, **labels: str) -> float:
     return sum(sample.value for family in text_string_to_metric_families(text)
                for sample in family.samples
                if sample.name in names and labels.items() <= sample.labels.items())
+
+
+class Person:
+    """A real test photo's face (``role`` of the manifest's test photos), making the
+    moves a liveness session asks for as 3-D head turns rendered on the canonical face
+    mesh (kyc.liveness.synthetic: frames made by software, not video of a person; the
+    relief check passes them, as it passes any render of a face's relief)."""
+
+    def __init__(self, grpc_url: str, role: str = "person_a_2") -> None:
+        import numpy as np
+        from PIL import Image
+
+        from kyc.assets.fetch import fetch_test_photos
+        from kyc.client import KycClient
+        from kyc.liveness.synthetic import HeadModel
+
+        self.path = fetch_test_photos()[role]
+        self.image = np.asarray(Image.open(self.path).convert("RGB"))
+        with KycClient(grpc_url) as client:
+            face = client.find_face(self.path.read_bytes())
+        assert face["found"], f"no face in the test photo {role}"
+        self.box, self.landmarks = face["box"], face["landmarks"]
+        self.head = HeadModel(self.image, self.landmarks)
+
+    def performer(self):
+        """A fresh :class:`kyc.liveness.synthetic.Performer` (its own frame count)."""
+        from kyc.liveness.synthetic import Performer
+
+        return Performer(self.head)
+
+    def film(self, moves) -> list[bytes]:
+        """The frames of ``moves`` one after the other, as a recording of them."""
+        from kyc.liveness.synthetic import turn_sequence
+
+        return turn_sequence(self.head, moves)
+
+
+def live_session(grpc_url: str, person: Person, **options) -> list:
+    """A liveness session of ``person`` doing what the server asks, move by move (the
+    replies, START's first; see kyc.liveness.client.perform_session)."""
+    from kyc.liveness.client import perform_session
+
+    return perform_session(grpc_url, person.performer(), **options)
+
+
+def perform_on(capture, perform, fps: float = 15.0) -> list:
+    """Stream a person through an open :class:`kyc.liveness.client.LivenessCapture`
+    (START already answered) at a camera's pace: ``perform(None)``, then each move as
+    told, waiting for the server's word after each, then ``perform(None)`` again; END is
+    left to the caller. The replies so far, in order."""
+    from kyc.liveness.client import FramePacer
+
+    pacer, sent, replies = FramePacer(fps), [0], []
+
+    def push(frames) -> None:
+        for frame in frames:
+            pacer.wait(sent[0])
+            capture.push(frame)
+            sent[0] += 1
+
+    push(perform(None))
+    move, done = capture.challenge["next"], 0
+    while move is not None:
+        push(perform(move))
+        ready = capture.settle()
+        replies += ready
+        progress = [r.status["progress"] for r in ready if not isinstance(r, Exception)]
+        if not progress or progress[-1]["moves_done"] <= done:
+            break  # the move was not seen
+        move, done = progress[-1]["next"], progress[-1]["moves_done"]
+    push(perform(None))
+    return replies + capture.settle()

@@ -1,7 +1,7 @@
 """Client SDK: ``KycClient`` (blocking) and ``AsyncKycClient`` (asyncio), over gRPC.
 
     with KycClient("localhost:8001") as kyc:
-        session = kyc.liveness_session(film)          # film(challenge) -> frames
+        session = kyc.liveness_session(perform)       # perform(move or None) -> frames
         result = kyc.verify("document.jpg", "selfie.jpg", session.token)
         print(result.decision, result.reasons)
 
@@ -38,9 +38,13 @@ from kyc.liveness.client import (
     FramePacer,
     LivenessCapture,
     LivenessReply,
+    Perform,
     bytes_input,
+    perform_session,
     run_session,
 )
+
+MAX_MOVES = 8  # a session is never told more moves than this (a challenge has 3)
 
 ENTRY_MODEL = "kyc_ensemble"
 DEFAULT_TIMEOUT_S = 60.0
@@ -261,33 +265,51 @@ class KycClient:
 
     def find_face(self, image: Image) -> dict:
         """``face_preprocess`` on one image: ``found``, ``box`` (x1, y1, x2, y2 in the
-        image as displayed, EXIF applied), ``faces`` and ``quality``. Retried when shed."""
+        image as displayed, EXIF applied), ``landmarks`` (five [x, y]: the eyes, the
+        nose tip, the mouth corners), ``faces`` and ``quality``. Retried when shed."""
         result = self._infer("face_preprocess", [bytes_input("IMAGE", _bytes(image),
                                                               self._grpc)])
-        return {"found": bool(result.as_numpy("FACE_FOUND")[0, 0]),
-                "box": [float(v) for v in result.as_numpy("BOX")[0]],
-                "faces": int(result.as_numpy("NUM_FACES")[0, 0]),
-                "quality": json.loads(result.as_numpy("QUALITY")[0, 0])}
+        return _face(result)
 
-    def liveness_session(self, film: Callable[[dict], Sequence[bytes]],
+    def liveness_session(self, perform: Perform,
                          sequence_id: int | str | None = None,
                          on_reply: Callable[[int, int, LivenessReply], None] | None = None,
-                         fps: float | None = CAMERA_FPS) -> LivenessSession:
-        """START, ``film(challenge)`` -> frames, stream them at a camera's pace (at
-        most ``fps`` a second), END with the last. ``on_reply(k, n, reply)`` sees every
-        frame's reply as it comes (progress). Never retried (the session's state lives
-        on the server): on an error, start a new session from START."""
-        replies = [_checked(r) for r in run_session(self.url, film, sequence_id, on_reply,
-                                                    fps)]
+                         fps: float | None = CAMERA_FPS, client_id: str | None = None,
+                         customer_id: str | None = None) -> LivenessSession:
+        """START, then ``perform(None)`` (frames facing the camera) and ``perform(move)``
+        for each move as the server tells it, streamed at a camera's pace (at most
+        ``fps`` a second), END after frames facing the camera again
+        (:func:`kyc.liveness.client.perform_session`). ``client_id`` / ``customer_id``:
+        who starts it (the server bounds the sessions each starts). ``on_reply(k, n,
+        reply)`` sees every frame's reply as it comes. Never retried (the session's state
+        lives on the server): on an error, start a new session from START."""
+        replies = [_checked(r) for r in perform_session(
+            self.url, perform, sequence_id, on_reply, fps, client_id, customer_id)]
         if len(replies) == 1:
             raise KycInputError("no frames to send")
         return LivenessSession(replies[0].status["challenge"], replies)
 
-    def liveness_capture(self, sequence_id: int | str | None = None) -> LivenessCapture:
+    def liveness_replay(self, frames: Sequence[bytes], sequence_id: int | str | None = None,
+                        fps: float | None = CAMERA_FPS) -> LivenessSession:
+        """Recorded frames played as they are (for a server loaded with the challenge
+        they hold, as ``kyc eval liveness`` does; a served model draws each session's
+        challenge, which no recording holds in advance)."""
+        replies = [_checked(r) for r in run_session(self.url, lambda _: frames, sequence_id,
+                                                    None, fps)]
+        if len(replies) == 1:
+            raise KycInputError("no frames to send")
+        return LivenessSession(replies[0].status["challenge"], replies)
+
+    def liveness_capture(self, sequence_id: int | str | None = None,
+                         client_id: str | None = None,
+                         customer_id: str | None = None) -> LivenessCapture:
         """A liveness session to stream as a camera films it: START is sent, its
-        ``challenge`` is there to show; then ``push(frame)`` each frame, ``poll()`` the
-        replies (progress), ``end(frame)`` for the verdict. Close it (``with``)."""
-        capture = LivenessCapture(self.url, sequence_id, self.timeout_s)
+        ``challenge`` (the number of moves and the first one) is there to show; then
+        ``push(frame)`` each frame, ``poll()`` the replies (progress: the next move once
+        one is done, and the words to show), ``end(frame)`` for the verdict. Close it
+        (``with``)."""
+        capture = LivenessCapture(self.url, sequence_id, self.timeout_s, client_id,
+                                  customer_id)
         try:
             capture.start()
         except Exception as exc:
@@ -303,6 +325,14 @@ class KycClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _face(result: Any) -> dict:
+    return {"found": bool(result.as_numpy("FACE_FOUND")[0, 0]),
+            "box": [float(v) for v in result.as_numpy("BOX")[0]],
+            "landmarks": result.as_numpy("LANDMARKS")[0].astype(float).tolist(),
+            "faces": int(result.as_numpy("NUM_FACES")[0, 0]),
+            "quality": json.loads(result.as_numpy("QUALITY")[0, 0])}
 
 
 def _checked(reply: LivenessReply | Exception) -> LivenessReply:
@@ -344,11 +374,13 @@ class AsyncKycClient:
         return _document(await self._infer(DOCUMENT_MODEL,
                                            _document_inputs(self._grpc, document)))
 
-    async def liveness_capture(self, sequence_id: int | str | None = None
-                               ) -> AsyncLivenessCapture:
+    async def liveness_capture(self, sequence_id: int | str | None = None,
+                               client_id: str | None = None,
+                               customer_id: str | None = None) -> AsyncLivenessCapture:
         """As :meth:`KycClient.liveness_capture`, for asyncio: ``await push(frame)``,
         ``async for reply in replies()``, ``await end(frame)``; ``await close()``."""
-        capture = AsyncLivenessCapture(self.url, sequence_id, self.timeout_s)
+        capture = AsyncLivenessCapture(self.url, sequence_id, self.timeout_s, client_id,
+                                       customer_id)
         try:
             await capture.start()
         except Exception as exc:
@@ -356,32 +388,44 @@ class AsyncKycClient:
             raise _translate(exc) from None
         return capture
 
-    async def liveness_session(self, film: Callable[[dict], Sequence[bytes]],
+    async def liveness_session(self, perform: Perform,
                                sequence_id: int | str | None = None,
-                               fps: float | None = CAMERA_FPS) -> LivenessSession:
+                               fps: float | None = CAMERA_FPS, client_id: str | None = None,
+                               customer_id: str | None = None) -> LivenessSession:
         """As :meth:`KycClient.liveness_session`: never retried."""
-        capture = await self.liveness_capture(sequence_id)
+        capture = await self.liveness_capture(sequence_id, client_id, customer_id)
         try:
             start = capture.started
             assert start is not None
-            frames = list(film(capture.challenge))
-            if not frames:
-                raise KycInputError("no frames to send")
-            pacer = FramePacer(fps)
-            for k, frame in enumerate(frames[:-1]):
-                delay = pacer.delay_s(k)
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                await capture.push(frame)
-            delay = pacer.delay_s(len(frames) - 1)
-            if delay > 0:
-                await asyncio.sleep(delay)
+            replies: list[LivenessReply] = [start]
+            pacer, sent = FramePacer(fps), [0]
+
+            async def film(frames: Sequence[bytes]) -> None:
+                for frame in frames:
+                    delay = pacer.delay_s(sent[0])
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    await capture.push(frame)
+                    sent[0] += 1
+
+            await film(perform(None))
+            move, done = start.status["challenge"].get("next"), 0
+            while move is not None and done < MAX_MOVES:
+                await film(perform(move))
+                while len(replies) - 1 < sent[0]:
+                    replies.append(_checked(await capture.next_reply()))
+                progress = replies[-1].status.get("progress", {})
+                if progress.get("moves_done", 0) <= done:
+                    break  # the move was not seen: the verdict will say so
+                move, done = progress.get("next"), progress["moves_done"]
+            tail = list(perform(None)) or [b""]
+            await film(tail[:-1])
             try:
-                await capture.end(frames[-1])
+                await capture.end(tail[-1])
             except Exception as exc:
                 raise _translate(exc) from None
             # every frame's reply, END's verdict last (no one read them meanwhile)
-            replies = [start, *(_checked(r) for r in capture.drain())]
+            replies += [_checked(r) for r in capture.drain()]
         finally:
             await capture.close()
         return LivenessSession(start.status["challenge"], replies)

@@ -45,7 +45,8 @@ def add_models_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
         description="Manage the ONNX models of the Triton model repository.",
     )
     models.set_defaults(func=handle_models)
-    actions = models.add_subparsers(dest="models_action", metavar="{fetch,list,arcface}")
+    actions = models.add_subparsers(
+        dest="models_action", metavar="{fetch,list,arcface,antispoof,antifraud,face-depth}")
     actions.required = True
 
     fetch = actions.add_parser(
@@ -83,6 +84,13 @@ def add_models_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     _add_arcface_parser(actions)
     _add_antispoof_parser(actions)
     _add_antifraud_parser(actions)
+    depth = actions.add_parser(
+        "face-depth", help="make (or --check) the relief check's depth template from the "
+        "pinned canonical face mesh")
+    depth.add_argument("--out", type=Path, metavar="FILE",
+                       help="where to write it (default: the package's face_depth.npy)")
+    depth.add_argument("--check", action="store_true",
+                       help="only check that the file is what the mesh gives")
     return models
 
 
@@ -245,10 +253,23 @@ def handle_models(args: argparse.Namespace) -> int:
             return _antispoof(args)
         if args.models_action == "antifraud":
             return _antifraud(args)
+        if args.models_action == "face-depth":
+            return _face_depth(args)
         return _list()
     except (KycExportError, AssetError, ConfigEditError, OSError) as exc:
         print(f"kyc models {args.models_action}: error: {exc}", file=sys.stderr)
         return 1
+
+
+def _face_depth(args: argparse.Namespace) -> int:
+    from . import face_depth
+
+    if args.check:
+        face_depth.check(args.out)
+        _progress(f"{args.out or face_depth.shipped_path()}: as the pinned mesh gives it")
+    else:
+        _progress(f"wrote {face_depth.write(args.out)}")
+    return 0
 
 
 def _progress(line: str) -> None:

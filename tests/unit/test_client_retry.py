@@ -31,7 +31,7 @@ class FakeResult:
         import numpy as np
 
         values = {"FACE_FOUND": True, "BOX": [1.0, 2.0, 3.0, 4.0], "NUM_FACES": 1,
-                  "QUALITY": b"{}"}
+                  "QUALITY": b"{}", "LANDMARKS": [[1.0, 2.0]] * 5}
         value = values[name]
         return np.array([value if isinstance(value, list) else [value]], dtype=object)
 

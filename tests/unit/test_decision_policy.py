@@ -30,7 +30,8 @@ DOCUMENT = {
                "birth_date": "1990-05-01", "expiry_date": "2030-01-01"},
     "expired": False,
 }
-LIVE = LivenessEvidence(provided=True, valid=True, live=True, score=0.97, selfie_similarity=0.8)
+LIVE = LivenessEvidence(provided=True, valid=True, live=True, passive_pad=True, score=0.97,
+                        selfie_similarity=0.8)
 GOOD = Findings(face_match_score=0.7, document_face_found=True, selfie_face_found=True,
                 selfie_faces=1, liveness=LIVE, document=DOCUMENT,
                 visual_lines=["PASSPORT", "Van der Berg", "No. X12045"], fraud_score=0.1)
@@ -45,6 +46,18 @@ def test_everything_in_order_is_approved():
     decision, reasons, figures = run()
     assert (decision, reasons) == ("approve", [])
     assert figures["age"] == 36 and figures["visual_zone_consistent"] is True
+
+
+def test_a_live_session_without_passive_pad_goes_to_review_unless_the_operator_accepts_it():
+    active_only = dataclasses.replace(GOOD, liveness=dataclasses.replace(LIVE, passive_pad=False))
+    assert decide(active_only, DecisionSettings(), THRESHOLD, TODAY)[:2] == (
+        "review", ["liveness_without_passive_pad"])
+    accepting = DecisionSettings(approve_without_passive_pad=True)
+    assert decide(active_only, accepting, THRESHOLD, TODAY)[:2] == ("approve", [])
+    # a failed session is rejected whatever passive PAD did
+    failed = dataclasses.replace(GOOD, liveness=dataclasses.replace(LIVE, live=False,
+                                                                    passive_pad=False))
+    assert decide(failed, DecisionSettings(), THRESHOLD, TODAY)[1] == ["liveness_failed"]
 
 
 @pytest.mark.parametrize(("changes", "decision", "reason"), [

@@ -8,9 +8,21 @@ import itertools
 import numpy as np
 import pytest
 
-from kyc.liveness.challenge import draw_challenge, events, parse_moves, progress
+from kyc.liveness.challenge import (
+    GUIDANCE,
+    draw_challenge,
+    events,
+    parse_moves,
+    plausible,
+    possible_challenges,
+    progress,
+    yaw_moves,
+)
+from kyc.liveness.challenge import (
+    MOVES as MOVE_SPECS,
+)
 from kyc.liveness.session import Frame, LivenessSettings, Session, judge
-from kyc.liveness.store import SessionLimitError, SessionStore
+from kyc.liveness.store import SessionLimitError, SessionStore, StartLimiter
 from kyc.liveness.token import (
     MAX_TOKEN_BYTES,
     LivenessClaims,
@@ -25,6 +37,12 @@ from kyc.liveness.token import (
 SETTINGS = LivenessSettings()
 MOVES = ("left", "right")
 THRESHOLD = 0.363
+
+
+def SOLID(session) -> float:  # noqa: N802 - a relief ratio, as a real head shows
+    """The relief these pose-only sessions would show if their turns were a real head's
+    (the relief check on pixels is tests/unit/test_relief.py's)."""
+    return 0.5
 
 
 def yaw_track(*segments: tuple[float, int]) -> list[np.ndarray]:
@@ -78,6 +96,30 @@ def test_challenges_use_the_configured_moves_and_never_one_move_all_along():
     assert len(drawn) == 6 and ("left",) * 3 not in drawn
 
 
+def test_challenges_turn_the_head_at_least_min_turns_times_and_are_thirty_to_shop_from():
+    every = possible_challenges(("left", "right", "up", "down"), 3, min_turns=2)
+    assert len(every) == 30 and all(yaw_moves(c) >= 2 for c in every)
+    drawn = {draw_challenge(("left", "right", "up", "down"), 3, min_turns=2)
+             for _ in range(2000)}
+    assert drawn == set(every)
+    # a challenge cannot turn more than it has moves, nor without a turning move
+    assert yaw_moves(draw_challenge(("left", "right"), 1, min_turns=2)) == 1
+    assert draw_challenge(("up", "down"), 3, min_turns=2) in possible_challenges(
+        ("up", "down"), 3, min_turns=2)
+
+
+def test_a_tilt_that_also_turns_a_little_is_the_move_that_went_furthest():
+    both = events([np.array([13.0, 20.0])] * 3, ("left", "up"), 12, 6, 2)
+    assert both == ["up"]
+    assert events([np.array([-20.0, -13.0])] * 3, ("right", "down"), 12, 6, 2) == ["right"]
+
+
+def test_poses_no_head_makes_are_not_poses():
+    assert plausible(30.0, -20.0) and not plausible(173.0, 0.0)
+    assert not plausible(-149.0, 5.0) and not plausible(0.0, 70.0)
+    assert not plausible(float("nan"), 0.0)
+
+
 # -- sessions ------------------------------------------------------------------------------
 def unit(seed: int) -> np.ndarray:
     v = np.random.default_rng(seed).normal(size=128).astype(np.float32)
@@ -105,7 +147,7 @@ LIVE = [0.0] * 3 + [25.0] * 3 + [0.0] * 3 + [-25.0] * 3 + [0.0] * 3 + [25.0] * 3
 
 def test_a_session_that_does_the_challenge_is_live_with_a_high_score():
     session, ended = session_of(LIVE)
-    verdict = judge(session, SETTINGS, ended, THRESHOLD)
+    verdict = judge(session, SETTINGS, ended, THRESHOLD, SOLID)
     assert verdict.is_live and verdict.reasons == [] and verdict.score > 0.95
     assert verdict.checks["passive_pad"] == "not_configured"
     assert verdict.best_embedding is not None and verdict.figures["moves_done"] == 3
@@ -122,7 +164,7 @@ def test_a_session_that_does_the_challenge_is_live_with_a_high_score():
 def test_each_failed_check_says_why(change, reason):
     kwargs = {"yaws": LIVE, **change}
     session, ended = session_of(**kwargs)
-    verdict = judge(session, SETTINGS, ended, THRESHOLD)
+    verdict = judge(session, SETTINGS, ended, THRESHOLD, SOLID)
     assert not verdict.is_live and reason in verdict.reasons
 
 
@@ -130,7 +172,7 @@ def test_another_face_halfway_is_a_changed_face():
     a, b = unit(1), unit(2)
     people = [near(a, k) for k in range(10)] + [near(b, k) for k in range(10, len(LIVE))]
     session, ended = session_of(LIVE, person=people)
-    verdict = judge(session, SETTINGS, ended, THRESHOLD)
+    verdict = judge(session, SETTINGS, ended, THRESHOLD, SOLID)
     assert not verdict.is_live and verdict.reasons == ["face_changed"]
 
 
@@ -151,7 +193,7 @@ def test_the_baseline_every_turned_frame_and_each_sharper_frontal_frame_are_embe
     embedded = [k for k, f in enumerate(session.frames) if f.embedding is not None]
     # 0-2 the baseline; 3 the first frontal after it; 4 sharper; 5-6 turned; 9 sharper
     assert embedded == [0, 1, 2, 3, 4, 5, 6, 9]
-    verdict = judge(session, SETTINGS, 5.0, THRESHOLD)
+    verdict = judge(session, SETTINGS, 5.0, THRESHOLD, SOLID)
     assert verdict.figures["frames_with_face"] == 11 and verdict.figures["frames_compared"] == 8
 
 
@@ -179,10 +221,10 @@ def test_moves_made_by_another_person_than_the_frontal_one_are_a_changed_face():
     a, b = unit(1), unit(2)
     people = [near(b if yaw else a, k) for k, yaw in enumerate(LIVE)]
     session = observed(LIVE, [500.0] * len(LIVE), people)
-    verdict = judge(session, SETTINGS, 5.0, THRESHOLD)
+    verdict = judge(session, SETTINGS, 5.0, THRESHOLD, SOLID)
     assert not verdict.is_live and verdict.reasons == ["face_changed"]
     live = observed(LIVE, [500.0] * len(LIVE), [near(a, k) for k in range(len(LIVE))])
-    assert judge(live, SETTINGS, 5.0, THRESHOLD).is_live
+    assert judge(live, SETTINGS, 5.0, THRESHOLD, SOLID).is_live
 
 
 def test_a_configured_passive_pad_model_counts_and_can_fail_the_session():
@@ -190,9 +232,63 @@ def test_a_configured_passive_pad_model_counts_and_can_fail_the_session():
 
     settings = replace(SETTINGS, antispoof_model="face_antispoof")
     session, ended = session_of(LIVE)
-    assert "passive_pad_failed" in judge(session, settings, ended, THRESHOLD).reasons
+    assert "passive_pad_failed" in judge(session, settings, ended, THRESHOLD, SOLID).reasons
     session.frames = [replace(frame, pad_score=0.9) for frame in session.frames]
-    assert judge(session, settings, ended, THRESHOLD).is_live
+    assert judge(session, settings, ended, THRESHOLD, SOLID).is_live
+
+
+def test_turns_that_show_no_relief_of_a_face_are_not_live():
+    session, ended = session_of(LIVE)
+    flat = judge(session, SETTINGS, ended, THRESHOLD, lambda _: 0.01)
+    assert not flat.is_live and flat.reasons == ["face_looks_flat"]
+    unread = judge(session, SETTINGS, ended, THRESHOLD, lambda _: None)  # no turn to read
+    assert not unread.is_live and unread.reasons == ["face_looks_flat"]
+    from dataclasses import replace
+
+    off = judge(session, replace(SETTINGS, min_relief=0.0), ended, THRESHOLD, lambda _: 0.0)
+    assert off.is_live and off.checks["relief"] == "off"
+
+
+def test_a_frame_without_a_plausible_pose_is_no_move_and_is_counted():
+    yaws = LIVE[:5] + [None] * 4 + LIVE[5:]
+    session = Session(("left", "right", "left"), 0.0, 0.0)
+    for k, yaw in enumerate(yaws):
+        pose = None if yaw is None else (yaw, 0.0, 0.0)
+        session.add(Frame(True, 1, pose, 500.0, near(unit(1), k), implausible=yaw is None),
+                    5.0 * k / len(yaws))
+    verdict = judge(session, SETTINGS, 5.0, THRESHOLD, SOLID)
+    assert verdict.is_live and verdict.figures["frames_without_plausible_pose"] == 4
+
+
+def test_each_move_is_told_only_once_the_one_before_it_is_done_in_words_not_angles():
+    session = Session(("left", "right", "left"), 0.0, 0.0)
+    told = []
+    for k, yaw in enumerate([0.0] * 3 + [8.0] + [25.0] * 3 + [0.0] * 3 + [-25.0] * 3):
+        session.add(Frame(True, 1, (yaw, 0.0, 0.0), 500.0, unit(1)), k * 0.1, SETTINGS)
+        told.append((session.progress(SETTINGS)["next"], session.progress(SETTINGS)["guidance"]))
+    assert told[2] == ("left", MOVE_SPECS["left"].instruction)
+    assert told[3] == ("left", MOVE_SPECS["left"].more)  # on its way, not there yet
+    assert told[4] == ("left", GUIDANCE["hold"])
+    assert told[5] == ("right", GUIDANCE["back"])  # left counted: right told, centre first
+    assert told[9] == ("right", MOVE_SPECS["right"].instruction)
+    assert told[-1] == ("left", GUIDANCE["back"])
+    findings = session.frames[-1].findings(SETTINGS)
+    assert set(findings) == {"face_found", "faces", "sharp"}  # no yaw, no pitch
+
+
+def test_a_client_or_customer_may_start_so_many_sessions_in_a_window():
+    limiter = StartLimiter(limit=2, window_s=60)
+    assert limiter.retry_after_s("client-1", 0.0) == 0
+    limiter.count("client-1", 0.0)
+    limiter.count("client-1", 10.0)
+    assert limiter.retry_after_s("client-1", 20.0) == pytest.approx(40.0)
+    assert limiter.retry_after_s("client-2", 20.0) == 0  # others are not held back
+    assert limiter.retry_after_s("client-1", 60.5) == 0  # the first START left the window
+    assert b"client-1" not in b"".join(limiter._starts)  # only salted digests are kept
+    small = StartLimiter(limit=1, window_s=60, max_keys=2)
+    for key in ("a", "b", "c"):
+        small.count(key, 0.0)
+    assert small.retry_after_s("a", 1.0) == 0 and small.retry_after_s("c", 1.0) > 0
 
 
 # -- store ---------------------------------------------------------------------------------
@@ -227,7 +323,20 @@ def test_a_token_round_trips_and_hides_its_content():
     opened = sealer.open(token, now=1.5e9)
     assert opened.session == "s1" and opened.is_live and opened.challenge == ("left", "right")
     np.testing.assert_array_equal(opened.embedding, unit(3))
+    assert opened.checks is None and not opened.passive_pad  # sealed without its checks
     assert sealer.seal(claims()) != token  # a fresh nonce each time
+
+
+def test_a_token_says_which_checks_ran_and_whether_passive_pad_was_one():
+    from dataclasses import replace
+
+    sealer = TokenSealer(b"k" * 32)
+    ran = {"challenge": True, "relief": True, "passive_pad": "not_configured"}
+    opened = sealer.open(sealer.seal(replace(claims(), checks=ran)), now=1.5e9)
+    assert opened.checks == ran and not opened.passive_pad
+    padded = sealer.open(sealer.seal(replace(claims(), checks={**ran, "passive_pad": True})),
+                         now=1.5e9)
+    assert padded.passive_pad
 
 
 def test_altered_foreign_expired_or_garbage_tokens_are_refused():

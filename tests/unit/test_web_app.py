@@ -18,13 +18,10 @@ from kyc.web.app import (
     advice,
     client_address,
     decode_image_field,
+    ready_to_end,
     same_origin,
     static_dir,
 )
-
-CHALLENGE = {"moves": ["left", "right", "left"],
-             "instructions": ["turn your head to your left", "turn your head to your right",
-                              "turn your head to your left"]}
 
 
 class Clock:
@@ -75,20 +72,34 @@ def test_a_websocket_from_another_sites_page_is_refused(origin, host, allowed):
     assert same_origin(headers) is allowed
 
 
-def test_the_advice_says_what_to_do_next_in_plain_words():
+def test_the_advice_shows_the_servers_words_and_the_step_never_an_angle():
+    from kyc.liveness.challenge import GUIDANCE, MOVES
+
     progress = {"moves_done": 1, "moves": 3, "next": "right"}
-    assert advice({"frame": {"face_found": False}, "progress": progress}, CHALLENGE) \
-        == "We cannot see your face: look at the camera."
-    assert advice({"frame": {"face_found": True, "faces": 2}, "progress": progress},
-                  CHALLENGE) == "Only you should be in the picture."
+    sharp = {"face_found": True, "faces": 1, "sharp": True}
+    assert advice({"frame": {"face_found": False}, "progress": progress,
+                   "guidance": GUIDANCE["no_face"]}) \
+        == "We cannot see your face: face the camera (2 of 3)."
     assert advice({"frame": {"face_found": True, "faces": 1, "sharp": False},
-                   "progress": progress}, CHALLENGE) == "Hold the phone still."
-    assert advice({"frame": {"face_found": True, "faces": 1, "sharp": True},
-                   "progress": progress}, CHALLENGE) \
-        == "Turn your head to your right (2 of 3), then back to the camera."
+                   "progress": progress, "guidance": MOVES["right"].instruction}) \
+        == "Hold the phone still."
+    assert advice({"frame": sharp, "progress": progress,
+                   "guidance": MOVES["right"].more}) == "A little more to your right (2 of 3)."
     done = {"moves_done": 3, "moves": 3, "next": None}
-    assert advice({"frame": {"face_found": True, "faces": 1, "sharp": True},
-                   "progress": done}, CHALLENGE) == "Well done. Now look at the camera."
+    status = {"frame": sharp, "progress": done, "guidance": GUIDANCE["done"]}
+    assert advice(status) == "Done: keep looking at the camera."
+    assert ready_to_end(status)
+    assert not ready_to_end({**status, "guidance": GUIDANCE["back"]})
+    assert not ready_to_end({"frame": sharp, "progress": progress,
+                             "guidance": GUIDANCE["done"]})
+
+
+def test_the_server_is_told_a_digest_of_the_clients_address_not_the_address():
+    from kyc.web.app import client_pseudonym
+
+    assert client_pseudonym("203.0.113.9") == client_pseudonym("203.0.113.9")
+    assert client_pseudonym("203.0.113.9") != client_pseudonym("203.0.113.10")
+    assert "203.0.113" not in client_pseudonym("203.0.113.9")
 
 
 def test_every_reason_the_pipeline_gives_has_plain_words():

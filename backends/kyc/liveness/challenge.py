@@ -1,8 +1,12 @@
-"""The active challenge: an ordered list of head turns, and finding them in a pose trajectory.
+"""The active challenge: an ordered list of head moves, finding them in a pose
+trajectory, and the words that guide a person through them.
 
 Poses come from ``kyc.face.quality.head_pose`` on the detector's landmarks, in the
 frame as the camera sends it (not mirrored): yaw > 0 when the face turns towards
 the image's right, which is the person's own LEFT; pitch > 0 when it tilts up.
+A pose no head makes (:func:`plausible`: beyond :data:`MAX_YAW_DEG` or
+:data:`MAX_PITCH_DEG`, or a fit that did not converge) is no pose at all: it is
+neither a move nor the centre.
 
 A trajectory is cut into zones with hysteresis, relative to the session's
 baseline (the median pose of its first frames with a face):
@@ -16,10 +20,17 @@ The events are the counted move zones in order, one per visit: ``left, centre,
 left`` is two lefts, ``left, left`` one. The challenge passes only when the events
 are exactly the challenge: a person who makes every move in turn, or the right
 moves in another order, does not pass.
+
+The challenge is told one move at a time (:func:`progress`): the next move only
+once the one before it was made, so that a recording cannot be chosen for a
+challenge seen in advance. Guidance is in words (:func:`guidance`), never in
+measured angles: a person needs "a little more to your left", a turned print
+tuned to pass needs the numbers.
 """
 
 from __future__ import annotations
 
+import math
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,22 +38,47 @@ from dataclasses import dataclass
 import numpy as np
 
 CENTRE = "centre"
+YAW, PITCH = 0, 1
+# A head turns about 80 degrees each way at most, and the five landmarks are read
+# reliably to about 60 (kyc.face.quality): a reading beyond is a misfit, not a turn.
+MAX_YAW_DEG = 60.0
+MAX_PITCH_DEG = 50.0
 
 
 @dataclass(frozen=True)
 class Move:
     name: str
-    axis: int  # 0 yaw, 1 pitch
+    axis: int  # YAW or PITCH
     sign: int  # +1 or -1 on that axis
-    instruction: str
+    instruction: str  # what the person is asked
+    more: str  # when they are on their way but not there yet
 
 
 MOVES = {
-    "left": Move("left", 0, +1, "turn your head to your left"),
-    "right": Move("right", 0, -1, "turn your head to your right"),
-    "up": Move("up", 1, +1, "tilt your head up"),
-    "down": Move("down", 1, -1, "tilt your head down"),
+    "left": Move("left", YAW, +1, "turn your head to your left",
+                 "a little more to your left"),
+    "right": Move("right", YAW, -1, "turn your head to your right",
+                  "a little more to your right"),
+    "up": Move("up", PITCH, +1, "tilt your head up", "a little higher"),
+    "down": Move("down", PITCH, -1, "tilt your head down", "a little lower"),
 }
+
+# Every line a person may read during a session (STATUS "guidance"), besides the
+# moves' own words above: one vocabulary, shown as it is by every client.
+GUIDANCE = {
+    "no_face": "we cannot see your face: face the camera",
+    "several_faces": "only one face in the picture, please",
+    "look": "look at the camera",
+    "hold": "hold it",
+    "back": "now look at the camera again",
+    "done": "done: keep looking at the camera",
+}
+
+
+def plausible(yaw: float, pitch: float) -> bool:
+    """Whether a head can show this pose to a camera and the landmarks read it."""
+    return (math.isfinite(yaw) and math.isfinite(pitch) and abs(yaw) <= MAX_YAW_DEG
+            and abs(pitch) <= MAX_PITCH_DEG)
 
 
 def parse_moves(text: str) -> tuple[str, ...]:
@@ -54,26 +90,51 @@ def parse_moves(text: str) -> tuple[str, ...]:
     return names
 
 
+def yaw_moves(moves: Sequence[str]) -> int:
+    return sum(MOVES[m].axis == YAW for m in moves)
+
+
 def draw_challenge(moves: Sequence[str], length: int,
-                   pick: Callable[[Sequence[str]], str] = secrets.choice) -> tuple[str, ...]:
+                   pick: Callable[[Sequence[str]], str] = secrets.choice,
+                   min_turns: int = 0) -> tuple[str, ...]:
     """``length`` moves drawn from ``moves`` with ``pick`` (by default the OS's
     cryptographic randomness: a challenge must not be predictable). Repeats are
     allowed (a return to the centre separates them), but not the same move all along
-    when there is a choice."""
+    when there is a choice; at least ``min_turns`` of them turn the head (yaw: the
+    relief check reads head turns), as far as ``moves`` and ``length`` allow."""
+    needed = min(min_turns, length) if yaw_moves(moves) else 0
     while True:
         drawn = tuple(pick(list(moves)) for _ in range(length))
-        if len(set(moves)) == 1 or len(set(drawn)) > 1:
+        if _allowed(drawn, moves, needed):
             return drawn
+
+
+def _allowed(drawn: Sequence[str], moves: Sequence[str], turns: int) -> bool:
+    varied = len(set(moves)) == 1 or len(drawn) < 2 or len(set(drawn)) > 1
+    return varied and yaw_moves(drawn) >= turns
+
+
+def possible_challenges(moves: Sequence[str], length: int, min_turns: int = 0
+                        ) -> tuple[tuple[str, ...], ...]:
+    """Every challenge :func:`draw_challenge` can draw."""
+    import itertools
+
+    distinct = tuple(dict.fromkeys(moves))
+    needed = min(min_turns, length) if yaw_moves(distinct) else 0
+    return tuple(c for c in itertools.product(distinct, repeat=length)
+                 if _allowed(c, distinct, needed))
 
 
 def zone_of(offset: np.ndarray, previous: str, moves: Sequence[str], amplitude: float,
             centre: float) -> str:
     """The zone of one pose offset (yaw, pitch) from the baseline, given the previous:
-    a move's zone is entered at ``amplitude`` and left within ``centre`` on its axis."""
-    for name in moves:
-        move = MOVES[name]
-        if move.sign * offset[move.axis] >= amplitude:
-            return name
+    a move's zone is entered at ``amplitude`` and left within ``centre`` on its axis.
+    Past the amplitude on both axes (a tilt that also turns a little), the move that
+    went furthest wins."""
+    reached = [(MOVES[n].sign * offset[MOVES[n].axis], n) for n in moves
+               if MOVES[n].sign * offset[MOVES[n].axis] >= amplitude]
+    if reached:
+        return max(reached)[1]
     if previous != CENTRE:
         move = MOVES[previous]
         if move.sign * offset[move.axis] > centre:
@@ -81,23 +142,43 @@ def zone_of(offset: np.ndarray, previous: str, moves: Sequence[str], amplitude: 
     return CENTRE
 
 
+@dataclass
+class Track:
+    """The zones of a trajectory so far (fed one offset at a time, None: no pose)."""
+
+    moves: tuple[str, ...]
+    amplitude: float
+    centre: float
+    min_hold: int
+    zone: str = CENTRE
+    run: int = 0
+    counted: str = CENTRE
+    last: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        self.found: list[str] = []
+
+    def feed(self, offset: np.ndarray | None) -> None:
+        if offset is None:
+            return
+        self.last = np.asarray(offset, dtype=np.float64)
+        new = zone_of(self.last, self.zone, self.moves, self.amplitude, self.centre)
+        self.run = self.run + 1 if new == self.zone else 1
+        self.zone = new
+        if self.run >= self.min_hold and self.zone != self.counted:
+            self.counted = self.zone
+            if self.zone != CENTRE:
+                self.found.append(self.zone)
+
+
 def events(offsets: Sequence[np.ndarray | None], moves: Sequence[str], amplitude: float,
            centre: float, min_hold: int) -> list[str]:
-    """The move events of a trajectory of pose offsets (None: no face in that frame,
-    which neither breaks nor extends a hold)."""
-    found: list[str] = []
-    zone, run, counted = CENTRE, 0, CENTRE
+    """The move events of a trajectory of pose offsets (None: no face or no plausible
+    pose in that frame, which neither breaks nor extends a hold)."""
+    track = Track(tuple(moves), amplitude, centre, min_hold)
     for offset in offsets:
-        if offset is None:
-            continue
-        new = zone_of(np.asarray(offset, dtype=np.float64), zone, moves, amplitude, centre)
-        run = run + 1 if new == zone else 1
-        zone = new
-        if run >= min_hold and zone != counted:
-            counted = zone
-            if zone != CENTRE:
-                found.append(zone)
-    return found
+        track.feed(offset)
+    return track.found
 
 
 def progress(found: Sequence[str], challenge: Sequence[str]) -> int:
@@ -108,3 +189,20 @@ def progress(found: Sequence[str], challenge: Sequence[str]) -> int:
             break
         done += 1
     return done
+
+
+def guidance(track: Track, challenge: Sequence[str], done: int) -> str:
+    """What to tell the person after the last frame with a pose (``track``), with
+    ``done`` moves of ``challenge`` made: words, never angles."""
+    if track.last is None:
+        return GUIDANCE["look"]
+    if done >= len(challenge):
+        return GUIDANCE["done"] if track.zone == CENTRE else GUIDANCE["back"]
+    move = MOVES[challenge[done]]
+    if track.zone == move.name and track.counted != move.name:
+        return GUIDANCE["hold"]
+    if track.zone != CENTRE or track.counted != CENTRE:
+        return GUIDANCE["back"]  # a move made (or a wrong one): the centre first
+    if move.sign * track.last[move.axis] > track.centre:
+        return move.more
+    return move.instruction

@@ -89,6 +89,19 @@ def frame_input(frame: bytes) -> Any:
     return bytes_input("FRAME", frame)
 
 
+def start_parameters(client_id: str | None = None, customer_id: str | None = None
+                     ) -> dict[str, str]:
+    """START's request parameters: who starts the session, so that the server can bound
+    the sessions one client (an address, a device) or one customer (the operator's
+    applicant id) starts in a while. The server keeps only salted digests of them."""
+    out = {}
+    if client_id:
+        out["kyc_client"] = str(client_id)
+    if customer_id:
+        out["kyc_customer"] = str(customer_id)
+    return out
+
+
 class LivenessStream:
     """One gRPC stream; any number of sessions may share it (each its own id)."""
 
@@ -101,11 +114,13 @@ class LivenessStream:
             (result, error)))
 
     def send(self, sequence_id: int | str, frame: bytes, start: bool = False,
-             end: bool = False, model_version: str = "") -> None:
-        """One frame; ``model_version``: the one that answered START (empty: the newest)."""
+             end: bool = False, model_version: str = "",
+             parameters: dict[str, str] | None = None) -> None:
+        """One frame; ``model_version``: the one that answered START (empty: the newest);
+        ``parameters``: the request's own (START's :func:`start_parameters`)."""
         self.client.async_stream_infer(MODEL, [frame_input(frame)], model_version=model_version,
                                        sequence_id=sequence_id, sequence_start=start,
-                                       sequence_end=end)
+                                       sequence_end=end, parameters=parameters or None)
 
     def receive(self, timeout_s: float = TIMEOUT_S) -> LivenessReply | Exception:
         """The next reply (in the order sent), or the error the server answered;
@@ -138,9 +153,11 @@ class LivenessCapture:
     """
 
     def __init__(self, url: str, sequence_id: int | str | None = None,
-                 timeout_s: float = TIMEOUT_S) -> None:
+                 timeout_s: float = TIMEOUT_S, client_id: str | None = None,
+                 customer_id: str | None = None) -> None:
         self.sequence_id = sequence_id if sequence_id is not None else uuid.uuid4().hex
         self.timeout_s = timeout_s
+        self.parameters = start_parameters(client_id, customer_id)
         self.started: LivenessReply | None = None
         self._stream = LivenessStream(url)
         self._pending = 0  # requests sent whose reply has not been taken from the stream
@@ -154,7 +171,7 @@ class LivenessCapture:
 
     def start(self) -> LivenessReply:
         """START; raises the server's error (e.g. UNAVAILABLE: too many sessions)."""
-        self._stream.send(self.sequence_id, b"", start=True)
+        self._stream.send(self.sequence_id, b"", start=True, parameters=self.parameters)
         reply = self._stream.receive(self.timeout_s)
         if isinstance(reply, Exception):
             raise reply
@@ -172,6 +189,14 @@ class LivenessCapture:
                 self._ready.append(self._stream.receive(0.0))
             except queue.Empty:
                 break
+            self._pending -= 1
+        ready, self._ready = self._ready, []
+        return ready
+
+    def settle(self) -> list[LivenessReply | Exception]:
+        """Wait for the replies of every frame sent, and give those not polled yet."""
+        while self._pending:
+            self._ready.append(self._stream.receive(self.timeout_s))
             self._pending -= 1
         ready, self._ready = self._ready, []
         return ready
@@ -211,13 +236,15 @@ class AsyncLivenessCapture:
     until END's), ``await end(frame)``. Use ``async with``."""
 
     def __init__(self, url: str, sequence_id: int | str | None = None,
-                 timeout_s: float = TIMEOUT_S) -> None:
+                 timeout_s: float = TIMEOUT_S, client_id: str | None = None,
+                 customer_id: str | None = None) -> None:
         import asyncio
 
         import tritonclient.grpc.aio as aioclient
 
         self.sequence_id = sequence_id if sequence_id is not None else uuid.uuid4().hex
         self.timeout_s = timeout_s
+        self.parameters = start_parameters(client_id, customer_id)
         self.started: LivenessReply | None = None
         self._client = aioclient.InferenceServerClient(url)
         self._requests: asyncio.Queue = asyncio.Queue()
@@ -271,6 +298,15 @@ class AsyncLivenessCapture:
             raise final
         return final
 
+    async def next_reply(self) -> LivenessReply | Exception:
+        """The next reply of a pushed frame (in the order sent)."""
+        import asyncio
+
+        reply = await asyncio.wait_for(self._replies.get(), self.timeout_s)
+        if reply is _CLOSED:
+            raise ConnectionError("the liveness stream closed")
+        return reply
+
     def drain(self) -> list[LivenessReply | Exception]:
         """The replies that have come and were not taken by :meth:`replies`."""
         out = []
@@ -281,10 +317,13 @@ class AsyncLivenessCapture:
         return out
 
     def _request(self, frame: bytes, start: bool = False, end: bool = False) -> dict:
-        return {"model_name": MODEL, "inputs": [frame_input(frame)],
-                "model_version": self.started.model_version if self.started else "",
-                "sequence_id": self.sequence_id, "sequence_start": start,
-                "sequence_end": end}
+        request = {"model_name": MODEL, "inputs": [frame_input(frame)],
+                   "model_version": self.started.model_version if self.started else "",
+                   "sequence_id": self.sequence_id, "sequence_start": start,
+                   "sequence_end": end}
+        if start and self.parameters:
+            request["parameters"] = self.parameters
+        return request
 
     async def _requests_sent(self):
         while True:
@@ -323,15 +362,79 @@ class AsyncLivenessCapture:
 _CLOSED = object()
 
 
+Perform = Callable[[str | None], Sequence[bytes]]
+
+
+def perform_session(url: str, perform: Perform, sequence_id: int | str | None = None,
+                    on_reply: Callable[[int, int, LivenessReply], None] | None = None,
+                    fps: float | None = CAMERA_FPS, client_id: str | None = None,
+                    customer_id: str | None = None, max_moves: int = 8
+                    ) -> list[LivenessReply | Exception]:
+    """A session as an app runs it with a person in front of the camera: START, then
+    ``perform(None)`` (frames facing the camera), then for each move as the server tells
+    it (START's ``challenge.next``, then each reply's ``progress.next``) the frames of
+    ``perform(move)``, waiting for the server's word after each; when no move is left,
+    or a move was not seen, ``perform(None)`` again with END on its last frame. At most
+    ``fps`` frames a second. One reply per request, START's first (only START's when it
+    failed); ``on_reply(k, n, reply)`` sees each frame's reply (``n``: frames so far)."""
+    with LivenessCapture(url, sequence_id, client_id=client_id,
+                         customer_id=customer_id) as capture:
+        try:
+            started = capture.start()
+        except Exception as exc:  # the server's answer to START
+            return [exc]
+        replies: list[LivenessReply | Exception] = [started]
+        pacer, sent = FramePacer(fps), [0]
+
+        def take(ready: list[LivenessReply | Exception]) -> None:
+            for reply in ready:
+                replies.append(reply)
+                if on_reply is not None and not isinstance(reply, Exception):
+                    on_reply(len(replies) - 1, sent[0], reply)
+
+        def film(frames: Sequence[bytes]) -> None:
+            for frame in frames:
+                pacer.wait(sent[0])
+                capture.push(frame)
+                sent[0] += 1
+                take(capture.poll())
+
+        film(perform(None))
+        move, done = started.status["challenge"].get("next"), 0
+        for _ in range(max_moves):
+            if move is None:
+                break
+            film(perform(move))
+            ready = capture.settle()
+            take(ready)
+            told = [r.status.get("progress", {}) for r in ready if not isinstance(r, Exception)]
+            if not told or told[-1].get("moves_done", 0) <= done:
+                break  # the move was not seen: the verdict will say so
+            move, done = told[-1].get("next"), told[-1]["moves_done"]
+        tail = list(perform(None)) or [b""]
+        film(tail[:-1])
+        pacer.wait(sent[0])
+        sent[0] += 1
+        try:
+            final: LivenessReply | Exception = capture.end(tail[-1])
+        except Exception as exc:  # the server's answer to END
+            final = exc
+        take([*capture.poll(), final])
+        return replies
+
+
 def run_session(url: str, make_frames: Callable[[dict], Sequence[bytes]],
                 sequence_id: int | str | None = None,
                 on_reply: Callable[[int, int, LivenessReply], None] | None = None,
                 fps: float | None = CAMERA_FPS) -> list[LivenessReply | Exception]:
-    """START with no frame; ``make_frames(challenge)`` (what the app asks the person to
-    do and films); every frame, at most ``fps`` a second (None: as fast as they go),
-    END on the last, through a :class:`LivenessCapture`. One reply per request, START's
-    first (only START's when it failed); ``on_reply(k, n, reply)`` sees each frame's
-    reply as it comes (progress)."""
+    """A recording played as it is: START with no frame; ``make_frames(challenge)``
+    (START's STATUS ``challenge``: the first move only, so this is for frames made
+    beforehand, e.g. a recorded clip played to a server loaded with the challenge it
+    holds, as ``kyc eval liveness`` does; a person is filmed with
+    :func:`perform_session`); every frame, at most ``fps`` a second (None: as fast as
+    they go), END on the last, through a :class:`LivenessCapture`. One reply per
+    request, START's first (only START's when it failed); ``on_reply(k, n, reply)``
+    sees each frame's reply as it comes (progress)."""
     with LivenessCapture(url, sequence_id) as capture:
         try:
             started = capture.start()

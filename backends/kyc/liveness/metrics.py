@@ -10,6 +10,12 @@ them with ``model`` and ``version``:
   ``idle_ttl_s``; eviction runs at the start of each execute, so an idle session
   is counted when the next frame of any session arrives
 - ``kyc_liveness_sessions_live`` (gauge): sessions held now
+- ``kyc_liveness_sessions_abandoned_total{how="idle"|"restarted"}`` (counter):
+  sessions that never reached END: evicted idle, or replaced by a new START of
+  the same id
+- ``kyc_liveness_sessions_refused_total{why="client"|"customer"}`` (counter):
+  STARTs refused because that client or customer started too many sessions
+  (``max_starts_per_client``, ``max_starts_per_customer``)
 
 Every instance of the model registers the same families and labels, and Triton
 merges them into one series each: the counters add up, and the gauge is moved by
@@ -44,6 +50,12 @@ class SessionMetrics:
         add("evicted_total", COUNTER, "Liveness sessions dropped after idle_ttl_s without a "
             "frame", [("evicted", labels)])
         add("live", GAUGE, "Liveness sessions held now", [("live_now", labels)])
+        add("abandoned_total", COUNTER, "Liveness sessions that never reached END",
+            [("idle", {**labels, "how": "idle"}),
+             ("restarted", {**labels, "how": "restarted"})])
+        add("refused_total", COUNTER, "Liveness STARTs refused: too many from one client or "
+            "customer", [("client", {**labels, "why": "client"}),
+                         ("customer", {**labels, "why": "customer"})])
 
     def _get(self, key: str):
         return self._metrics.get(key)
@@ -57,6 +69,14 @@ class SessionMetrics:
     def evicted(self, count: int) -> None:
         if count:
             self._get("evicted").increment(count)
+            self._get("idle").increment(count)
+
+    def restarted(self) -> None:
+        self._get("restarted").increment(1)
+
+    def refused(self, why: str) -> None:
+        """A START refused by a per-``why`` limit (``client`` or ``customer``)."""
+        self._get(why).increment(1)
 
     def live(self, count: int) -> None:
         """This instance holds ``count`` sessions now (the gauge moves by the change)."""

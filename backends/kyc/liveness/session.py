@@ -1,12 +1,17 @@
 """One liveness session: what each frame showed, and the verdict at END.
 
 Pure code: frames arrive as :class:`Frame` observations (made by the model from
-``face_preprocess`` and ``face_embedding`` outputs); nothing here sees pixels, and
-nothing here logs (embeddings and poses belong to a person).
+``face_preprocess`` and ``face_embedding`` outputs) with, for a few of them, a
+canonical grey view of the face (:class:`kyc.liveness.relief.FaceView`); nothing
+here logs (embeddings, poses and views belong to a person).
 
 What a session must show to be live (every threshold is a config parameter):
 
-- ``challenge``: the challenge's head turns, exactly, in order (see challenge.py);
+- ``challenge``: the challenge's head moves, exactly, in order (see challenge.py);
+- ``relief``: the head turns show the relief of a solid face (kyc.liveness.relief):
+  the median relief ratio of the most turned views, against the sharpest baseline
+  view, at least ``min_relief``. A print, a screen or a warp of one photo shows
+  none, whatever its landmarks say;
 - ``same_person``: the frames compared (below) against the best frame (the sharpest
   facing the camera, whose embedding the token carries); at most
   ``max_other_person_fraction`` of them below ``face_embedding``'s
@@ -17,7 +22,15 @@ What a session must show to be live (every threshold is a config parameter):
 - ``duration``: between ``min_duration_s`` and ``max_duration_s`` from START to END;
 - ``passive_pad``: when a passive anti-spoofing model is configured, its mean
   real-face probability at least ``min_pad_score``; otherwise "not_configured" and
-  not counted (no trained weights are shipped: see README).
+  not counted here (the decision counts it: a verdict without passive PAD is of
+  lower assurance, kyc.decision.policy).
+
+A frame whose pose no head makes (kyc.liveness.challenge.plausible) has no pose:
+it is neither a move nor the centre, and is counted in the figures.
+
+Views kept (memory: at most 1 + 2 x ``relief_views`` of 16 KB a session): the
+sharpest of the baseline frames', and per direction of head turn the
+``relief_views`` most turned past ``amplitude_deg``.
 
 Which frames are embedded and compared (:meth:`Session.wants_embedding`, decided as
 each frame arrives): the first ``baseline_frames`` with a face, every frame turned
@@ -39,11 +52,24 @@ single-face frames; IS_LIVE needs every check to pass, whatever the score.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from kyc.liveness.challenge import events, parse_moves, progress
+from kyc.liveness.challenge import (
+    GUIDANCE,
+    MOVES,
+    YAW,
+    Track,
+    events,
+    guidance,
+    parse_moves,
+    progress,
+    yaw_moves,
+)
+from kyc.liveness.relief import FaceView, relief
 
 PAD_NOT_CONFIGURED = "not_configured"
 
@@ -69,8 +95,11 @@ class LivenessSettings:
     # antispoof_size square (MiniFASNet: 2.7 or 4.0, 80).
     antispoof_scale: float = 2.7
     antispoof_size: int = 80
-    moves: str = "left,right"
+    moves: str = "left,right,up,down"
     challenge_length: int = 3
+    # At least this many of a challenge's moves turn the head (left/right): the
+    # relief check reads head turns (pitch from five landmarks is less steady).
+    min_turns: int = 2
     # A fixed challenge (moves in order) instead of a drawn one: only for measuring
     # recorded sequences (`kyc eval liveness` loads it into its private server). A
     # predictable challenge lets a replayed clip pass: `kyc repo check` refuses it in
@@ -80,6 +109,11 @@ class LivenessSettings:
     centre_deg: float = 6.0
     min_hold_frames: int = 2
     baseline_frames: int = 3
+    # The relief check (kyc.liveness.relief): the median relief ratio of the kept
+    # views at least this (real heads measured 0.15 and more, flat and curved prints
+    # and one-photo warps under 0.1: docs/eval/liveness.md); 0 turns it off.
+    min_relief: float = 0.1
+    relief_views: int = 2  # views kept per direction of head turn
     max_other_person_fraction: float = 0.1
     min_single_face_fraction: float = 0.8
     min_sharp_frames: int = 5
@@ -90,8 +124,22 @@ class LivenessSettings:
     min_pad_score: float = 0.5
     idle_ttl_s: float = 120.0  # sessions idle this long are evicted
     max_sessions: int = 256
+    # STARTs a client (the request parameter kyc_client) or a customer (kyc_customer)
+    # may make in start_window_s, per instance; abandoned sessions count like others.
+    max_starts_per_client: int = 10
+    max_starts_per_customer: int = 5
+    start_window_s: float = 600.0
     token_ttl_s: float = 300.0
     max_image_bytes: int = 4 * 1024 * 1024
+
+    def check(self) -> None:
+        """Refuse settings that cannot work together (at initialize)."""
+        moves = parse_moves(self.moves)
+        if self.min_relief > 0 and not yaw_moves(moves):
+            raise ValueError(f"moves {self.moves!r} has no head turn (left or right), which "
+                             "the relief check reads: add one, or set min_relief to 0")
+        if self.challenge:
+            parse_moves(self.challenge)
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,16 +148,17 @@ class Frame:
 
     face_found: bool
     faces: int = 0
-    pose: tuple[float, float, float] | None = None  # yaw, pitch, roll in degrees
+    pose: tuple[float, float, float] | None = None  # yaw, pitch, roll; None: no plausible one
     sharpness: float = 0.0
     embedding: np.ndarray | None = None  # L2-normalised, when a face was found
     pad_score: float | None = None  # real-face probability from face_antispoof
+    implausible: bool = False  # a face whose pose no head makes (pose is None)
 
     def findings(self, settings: LivenessSettings) -> dict:
-        """The per-frame part of STATUS: no identity, only what the app can act on."""
+        """The per-frame part of STATUS: no identity and no angle, only what the app can
+        act on (the words to show are STATUS "guidance")."""
         out: dict = {"face_found": self.face_found, "faces": self.faces}
-        if self.pose is not None:
-            out["yaw"], out["pitch"] = round(self.pose[0], 1), round(self.pose[1], 1)
+        if self.face_found:
             out["sharp"] = self.sharpness >= settings.min_sharpness
         return out
 
@@ -121,28 +170,71 @@ FRONTAL_SHARPER_BY = 0.1
 
 
 @dataclass
+class TurnView:
+    """A view kept for the relief check: how far it turned, its pose, the view."""
+
+    reach: float  # |yaw offset| from the baseline, degrees
+    pose: tuple[float, float, float]
+    view: FaceView
+
+
+@dataclass
 class Session:
     challenge: tuple[str, ...]
     started: float  # time.monotonic()
     last_seen: float
     frames: list[Frame] = field(default_factory=list)
-    # What wants_embedding has seen: the (yaw, pitch) of the first frames with a face,
-    # and the sharpness of the sharpest frame facing the camera embedded after them.
+    # The (yaw, pitch) of the first frames with a plausible pose (their median is the
+    # baseline), and the sharpness of the sharpest frame facing the camera embedded.
     baseline: list[tuple[float, float]] = field(default_factory=list)
     best_frontal_sharpness: float = -np.inf
+    base_view: TurnView | None = None  # the sharpest baseline frame's view
+    base_sharpness: float = -np.inf
+    turn_views: dict[int, list[TurnView]] = field(default_factory=dict)  # by yaw sign
+    track: Track | None = None  # the zones so far, once the baseline is known
 
-    def add(self, frame: Frame, now: float) -> None:
+    def add(self, frame: Frame, now: float, settings: LivenessSettings | None = None,
+            view: FaceView | None = None) -> None:
+        """One more frame (and its face's canonical view, when the model made one)."""
+        settings = settings or LivenessSettings()
         self.frames.append(frame)
         self.last_seen = now
-
-    def wants_embedding(self, pose: tuple[float, float, float], sharpness: float,
-                        settings: LivenessSettings) -> bool:
-        """Whether the next frame with a face (``pose``, ``sharpness``) is embedded and
-        compared (see the module docstring); called once per such frame, in order."""
+        if frame.pose is None:
+            return
         if len(self.baseline) < settings.baseline_frames:
-            self.baseline.append((pose[0], pose[1]))
+            self.baseline.append((frame.pose[0], frame.pose[1]))
+            if view is not None and frame.sharpness > self.base_sharpness:
+                self.base_view = TurnView(0.0, frame.pose, view)
+                self.base_sharpness = frame.sharpness
+            if len(self.baseline) == settings.baseline_frames:
+                self.track = Track(parse_moves(settings.moves), settings.amplitude_deg,
+                                   settings.centre_deg, settings.min_hold_frames)
+                for offset in self.offsets(settings):
+                    self.track.feed(offset)
+            return
+        offset = np.array(frame.pose[:2]) - self._baseline()
+        if self.track is not None:
+            self.track.feed(offset)
+        if view is not None and abs(offset[YAW]) >= settings.amplitude_deg:
+            self._keep_turn(TurnView(abs(float(offset[YAW])), frame.pose, view),
+                            int(np.sign(offset[YAW])), settings.relief_views)
+
+    def _keep_turn(self, turn: TurnView, sign: int, keep: int) -> None:
+        kept = self.turn_views.setdefault(sign, [])
+        kept.append(turn)
+        kept.sort(key=lambda t: -t.reach)
+        del kept[keep:]
+
+    def _baseline(self) -> np.ndarray:
+        return np.median(np.array(self.baseline), axis=0)
+
+    def wants_embedding(self, pose: tuple[float, float, float] | None, sharpness: float,
+                        settings: LivenessSettings) -> bool:
+        """Whether the next frame with a face (``pose``: None when no plausible one,
+        ``sharpness``) is embedded and compared (see the module docstring)."""
+        if pose is None or len(self.baseline) < settings.baseline_frames:
             return True
-        offset = np.abs(np.array(pose[:2]) - np.median(np.array(self.baseline), axis=0)).max()
+        offset = np.abs(np.array(pose[:2]) - self._baseline()).max()
         if offset > settings.centre_deg:
             return True
         if sharpness > self.best_frontal_sharpness * (1 + FRONTAL_SHARPER_BY):
@@ -152,7 +244,7 @@ class Session:
 
     def offsets(self, settings: LivenessSettings) -> list[np.ndarray | None]:
         """Each frame's (yaw, pitch) minus the baseline (median of the first frames
-        with a face); None where no face was found."""
+        with a plausible pose); None where there is no face or no plausible pose."""
         poses = [np.array(f.pose[:2]) if f.face_found and f.pose else None for f in self.frames]
         seen = [p for p in poses if p is not None][: settings.baseline_frames]
         if not seen:
@@ -165,19 +257,43 @@ class Session:
                       settings.centre_deg, settings.min_hold_frames)
 
     def progress(self, settings: LivenessSettings) -> dict:
-        done = progress(self.events(settings), self.challenge)
+        """Moves done, the next one (told only once the ones before it are done) and
+        the words for the person now."""
+        found = self.track.found if self.track is not None else []
+        done = progress(found, self.challenge)
         nxt = self.challenge[done] if done < len(self.challenge) else None
+        last = self.frames[-1] if self.frames else None
+        if last is not None and not last.face_found:
+            words = "no_face"
+        elif last is not None and last.faces > 1:
+            words = "several_faces"
+        else:
+            words = ""
+        told = GUIDANCE[words] if words else (
+            guidance(self.track, self.challenge, done) if self.track is not None
+            else GUIDANCE["look"])
         return {"moves_done": done, "moves": len(self.challenge), "next": nxt,
-                "frames": len(self.frames)}
+                "instruction": MOVES[nxt].instruction if nxt else None,
+                "guidance": told, "frames": len(self.frames)}
+
+    def relief_score(self) -> float | None:
+        """The median relief ratio of the kept turned views against the baseline view
+        (kyc.liveness.relief); None when the session has no head turn to read."""
+        if self.base_view is None:
+            return None
+        base = self.base_view
+        ratios = [relief(base.view, turn.view, YAW, turn.pose[0] - base.pose[0])
+                  for kept in self.turn_views.values() for turn in kept]
+        return float(np.median(ratios)) if ratios else None
 
 
 @dataclass(frozen=True)
 class Verdict:
     is_live: bool
     score: float
-    checks: dict  # name -> bool (or PAD_NOT_CONFIGURED)
+    checks: dict  # name -> bool (or PAD_NOT_CONFIGURED, or "off")
     reasons: list[str]  # stable snake_case codes of the failed checks
-    figures: dict  # counts and ratios behind the checks (no identity)
+    figures: dict  # counts and ratios behind the checks (no identity, no angle)
     best_embedding: np.ndarray | None
 
 
@@ -192,9 +308,11 @@ def best_frame(frames: list[Frame], settings: LivenessSettings, offsets: list) -
 
 
 def judge(session: Session, settings: LivenessSettings, ended: float,
-          match_threshold: float) -> Verdict:
+          match_threshold: float,
+          relief_of: Callable[[Session], float | None] = Session.relief_score) -> Verdict:
     """The verdict of a finished session; ``match_threshold``: the cosine above which
-    two faces are the same person (``face_embedding``'s own parameter)."""
+    two faces are the same person (``face_embedding``'s own parameter); ``relief_of``:
+    the session's relief ratio (tests of the other checks give one)."""
     frames = session.frames
     total = max(len(frames), 1)
     offsets = session.offsets(settings)
@@ -213,13 +331,19 @@ def judge(session: Session, settings: LivenessSettings, ended: float,
     sharp = sum(f.face_found and f.faces == 1 and f.sharpness >= settings.min_sharpness
                 for f in frames)
     duration = ended - session.started
-    checks: dict = {
-        "challenge": list(found_events) == list(session.challenge),
+    checks: dict = {"challenge": list(found_events) == list(session.challenge)}
+    if settings.min_relief > 0:
+        ratio = relief_of(session)
+        checks["relief"] = ratio is not None and math.isfinite(ratio) \
+            and ratio >= settings.min_relief
+    else:
+        checks["relief"] = "off"
+    checks.update({
         "same_person": best is not None and 1 - same_share <= settings.max_other_person_fraction,
         "single_face": single >= settings.min_single_face_fraction,
         "sharp_frames": sharp >= settings.min_sharp_frames,
         "duration": settings.min_duration_s <= duration <= settings.max_duration_s,
-    }
+    })
     pad = [f.pad_score for f in frames if f.pad_score is not None]
     if settings.antispoof_model:
         checks["passive_pad"] = bool(pad) and float(np.mean(pad)) >= settings.min_pad_score
@@ -230,19 +354,21 @@ def judge(session: Session, settings: LivenessSettings, ended: float,
     figures = {
         "frames": len(frames), "frames_with_face": len(with_face),
         "frames_compared": len(compared),
+        "frames_without_plausible_pose": sum(f.implausible for f in frames),
         "moves_done": done, "moves": len(session.challenge),
         "same_person_share": round(same_share, 3), "single_face_share": round(single, 3),
         "sharp_frames": sharp, "duration_s": round(duration, 2),
     }
     if pad:
         figures["pad_score"] = round(float(np.mean(pad)), 3)
-    is_live = all(ok is True or ok == PAD_NOT_CONFIGURED for ok in checks.values())
+    is_live = all(ok is True or ok in (PAD_NOT_CONFIGURED, "off") for ok in checks.values())
     return Verdict(is_live, round(score, 4), checks, reasons, figures,
                    None if best is None else frames[best].embedding)
 
 
 REASONS = {
     "challenge": "challenge_not_completed",
+    "relief": "face_looks_flat",
     "same_person": "face_changed",
     "single_face": "multiple_or_no_faces",
     "sharp_frames": "too_few_sharp_frames",

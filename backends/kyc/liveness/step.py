@@ -2,14 +2,17 @@
 
 Each request is one frame of one session (its correlation id), with the control
 inputs START, END and READY. Per ``execute``: evict idle sessions, apply START
-(a new random challenge; a START for a live id resets it), then decode and detect
+(a new random challenge, its first move told; a START for a live id resets it; a
+client or customer that started too many sessions lately, by the request parameters
+``kyc_client`` and ``kyc_customer``, is refused), then decode and detect
 the faces of ALL frames of the batch in one face path run (the face step's
 :func:`kyc.face.step.face_preprocessor`, ONE call to ``face_detector``, the
 settings of ``face_preprocess``), embed the faces the sessions compare
 (:meth:`kyc.liveness.session.Session.wants_embedding`) in one call to
 ``face_embedding`` (and one to the passive anti-spoofing model when configured;
-both split only past their ``max_batch_size``), add each frame to its session,
-and answer.
+both split only past their ``max_batch_size``), add each frame to its session
+with the canonical view of its face (kyc.liveness.relief), and answer with the
+progress and the words for the person (never angles).
 At END the session is judged, sealed into LIVENESS_TOKEN and freed.
 
 Errors answer their own request only: a frame of a sequence without START, an
@@ -22,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,8 +36,9 @@ import numpy as np
 from kyc.face.preprocess import FaceSettings
 from kyc.face.step import face_preprocessor
 from kyc.image import ImageError
-from kyc.liveness.challenge import MOVES, draw_challenge, parse_moves
+from kyc.liveness.challenge import MOVES, draw_challenge, parse_moves, plausible
 from kyc.liveness.metrics import SessionMetrics
+from kyc.liveness.relief import FaceView, face_view
 from kyc.liveness.session import (
     PAD_NOT_CONFIGURED,
     Frame,
@@ -42,7 +47,7 @@ from kyc.liveness.session import (
     Verdict,
     judge,
 )
-from kyc.liveness.store import SessionLimitError, SessionStore
+from kyc.liveness.store import SessionLimitError, SessionStore, StartLimiter, StartLimitError
 from kyc.liveness.token import LivenessClaims, TokenSealer, load_key
 from kyc.pipeline.step import Answer, Request, RequestError, StepContext, encoded_items
 
@@ -59,26 +64,36 @@ class _Item:
     frame: bytes | None = None
     error: Exception | None = None
     result: Frame | None = None
+    view: FaceView | None = None
     session: Session | None = None
+    parameters: dict | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class FaceCrops:
+    """What the face path keeps of a frame's pixels for a session: the canonical view
+    (relief) and, when passive PAD is configured, its crop."""
+
+    view: FaceView
+    pad: np.ndarray | None = None
+
+
+# The request parameters that name who starts a session (read at START only).
+CLIENT_PARAMETER = "kyc_client"
+CUSTOMER_PARAMETER = "kyc_customer"
 
 
 class LivenessStep:
     def __init__(self, context: StepContext) -> None:
         self.settings = context.settings(LivenessSettings)
+        self.settings.check()
         self.moves = parse_moves(self.settings.moves)
         self.fixed = parse_moves(self.settings.challenge) if self.settings.challenge else None
         face = dataclasses.replace(
             context.model_settings(FaceSettings, self.settings.face_model),
             detector_size=self.settings.detector_size, try_rotations=self.settings.try_rotations,
             work_max_side=self.settings.work_max_side)
-        crop = None
-        if self.settings.antispoof_model:
-            from kyc.liveness.crop import context_crop
-
-            def crop(pixels: np.ndarray, box: np.ndarray) -> np.ndarray:
-                return context_crop(pixels, box, self.settings.antispoof_scale,
-                                    self.settings.antispoof_size)
-        self.face = face_preprocessor(context, face, crop)
+        self.face = face_preprocessor(context, face, self._crops)
         self.embed = context.callee(self.settings.embedding_model, ["EMBEDDING"])
         self.antispoof = (context.callee(self.settings.antispoof_model, ["REAL"])
                           if self.settings.antispoof_model else None)
@@ -86,6 +101,11 @@ class LivenessStep:
             context.repository.parameters(self.settings.embedding_model)["match_threshold"])
         self.sealer = TokenSealer(load_key(context.environ))
         self.store = SessionStore(self.settings.max_sessions, self.settings.idle_ttl_s)
+        self.limits = {
+            CLIENT_PARAMETER: StartLimiter(self.settings.max_starts_per_client,
+                                           self.settings.start_window_s),
+            CUSTOMER_PARAMETER: StartLimiter(self.settings.max_starts_per_customer,
+                                             self.settings.start_window_s)}
         self.metrics = SessionMetrics(context.model, context.version, context.in_server)
         log.info("%s: moves %s x%d, passive PAD %s, at most %d sessions idle %.0f s",
                  context.model, ",".join(self.moves), self.settings.challenge_length,
@@ -99,6 +119,16 @@ class LivenessStep:
     @classmethod
     def from_context(cls, context: StepContext) -> LivenessStep:
         return cls(context)
+
+    def _crops(self, pixels: np.ndarray, box: np.ndarray, landmarks: np.ndarray) -> FaceCrops:
+        """The face path's hook: what a session keeps of a found face's pixels."""
+        pad = None
+        if self.settings.antispoof_model:
+            from kyc.liveness.crop import context_crop
+
+            pad = context_crop(pixels, box, self.settings.antispoof_scale,
+                               self.settings.antispoof_size)
+        return FaceCrops(face_view(pixels, landmarks), pad)
 
     def close(self) -> None:
         self.metrics.close()
@@ -128,7 +158,8 @@ class LivenessStep:
                         if n in request.inputs}
             flag = {name: bool(np.asarray(controls[name]).ravel()[0]) if name in controls
                     else False for name in ("START", "END", "READY")}
-            item = _Item(request.correlation_id, flag["START"], flag["END"])
+            item = _Item(request.correlation_id, flag["START"], flag["END"],
+                         parameters=dict(request.parameters))
             if "READY" in controls and not flag["READY"]:
                 item.error = RequestError("not a frame of a live sequence (READY is false)")
                 return item
@@ -146,9 +177,15 @@ class LivenessStep:
     def _bind(self, item: _Item, now: float) -> None:
         """The item's session: a new one at START, the live one otherwise."""
         if item.start:
-            challenge = self.fixed or draw_challenge(self.moves, self.settings.challenge_length)
+            refused = self._refused(item.parameters or {}, now)
+            if refused is not None:
+                item.error = refused
+                return
+            challenge = self.fixed or draw_challenge(self.moves, self.settings.challenge_length,
+                                                     min_turns=self.settings.min_turns)
             try:
-                self.store.start(item.sid, Session(challenge, now, now))
+                if self.store.start(item.sid, Session(challenge, now, now)):
+                    self.metrics.restarted()
             except SessionLimitError as exc:
                 item.error = exc
                 return
@@ -164,6 +201,22 @@ class LivenessStep:
                                       "frames: send END")
             return
         item.session = session
+
+    def _refused(self, parameters: dict, now: float) -> StartLimitError | None:
+        """The error for a START over a client's or customer's limit (each named by a
+        request parameter), else None after counting the START against both."""
+        keys = {name: str(parameters[name]) for name in self.limits
+                if parameters.get(name) not in (None, "")}
+        for name, key in keys.items():
+            wait = self.limits[name].retry_after_s(key, now)
+            if wait > 0:
+                who = "client" if name == CLIENT_PARAMETER else "customer"
+                self.metrics.refused(who)
+                return StartLimitError(f"this {who} started too many liveness sessions lately: "
+                                       f"try again in {math.ceil(wait)} s")
+        for name, key in keys.items():
+            self.limits[name].count(key, now)
+        return None
 
     def _observe(self, items: list[_Item]) -> None:
         """Faces of every frame in one face path run; the found faces embedded (and
@@ -186,16 +239,18 @@ class LivenessStep:
         chosen = [r for (_, r), e in zip(seen, embed, strict=True) if e]
         embeddings = iter(self._each(self.embed, "FACE", [r.face for r in chosen]))
         found = [r for _, r in seen if r.found]
-        pad = iter(self._each(self.antispoof, "CROP", [r.context for r in found])
+        pad = iter(self._each(self.antispoof, "CROP", [r.context.pad for r in found])
                    if self.antispoof is not None else [])
         for (item, result), embedded in zip(seen, embed, strict=True):
+            pose = _pose(result) if result.found else None
+            item.view = result.context.view if result.found and result.context else None
             item.result = Frame(
-                face_found=result.found, faces=result.faces,
-                pose=_pose(result) if result.found else None,
+                face_found=result.found, faces=result.faces, pose=pose,
                 sharpness=_sharpness(result),
                 embedding=np.asarray(next(embeddings), np.float32) if embedded else None,
                 pad_score=float(np.asarray(next(pad)).reshape(-1)[0])
-                if result.found and self.settings.antispoof_model else None)
+                if result.found and self.settings.antispoof_model else None,
+                implausible=result.found and pose is None)
 
     @staticmethod
     def _each(callee, name: str, arrays: list) -> list[np.ndarray]:
@@ -214,7 +269,7 @@ class LivenessStep:
         session = item.session
         assert session is not None
         if item.result is not None:
-            session.add(item.result, now)
+            session.add(item.result, now, self.settings, item.view)
             self.store.touch(item.sid)
         status: dict[str, Any] = {"state": "in_progress"}
         if item.start:
@@ -222,6 +277,7 @@ class LivenessStep:
         if item.result is not None:
             status["frame"] = item.result.findings(self.settings)
         status["progress"] = session.progress(self.settings)
+        status["guidance"] = status["progress"].pop("guidance")
         if not item.end:
             status["sessions"] = self._sessions()
             return self._outputs(status, False, -1.0, b"")
@@ -241,14 +297,18 @@ class LivenessStep:
         return {"live": len(self.store), "evicted_idle": self.store.evicted}
 
     def _challenge(self, session: Session) -> dict:
+        """What START tells: how many moves and the first one only (each next move is
+        told in "progress" once the one before it is done: no challenge to shop for)."""
         s = self.settings
+        first = session.challenge[0]
         return {
-            "moves": list(session.challenge),
-            "instructions": [MOVES[m].instruction for m in session.challenge],
-            "how": (f"face the camera, then make each move in this order, holding it for "
-                    f"{s.min_hold_frames} frames and coming back to face the camera between "
-                    f"moves; frames as the camera sees them, not mirrored"),
-            "min_turn_deg": s.amplitude_deg,
+            "length": len(session.challenge),
+            "next": first,
+            "instruction": MOVES[first].instruction,
+            "how": ("face the camera, then make each move as it is asked, holding it a "
+                    "moment and coming back to face the camera before the next; the next "
+                    "move is told once the one before it is done; frames as the camera sees "
+                    "them, not mirrored"),
             "min_duration_s": s.min_duration_s,
             "max_duration_s": s.max_duration_s,
             "max_frames": s.max_frames,
@@ -260,7 +320,7 @@ class LivenessStep:
         return self.sealer.seal(LivenessClaims(
             session=str(sid), is_live=verdict.is_live, score=verdict.score, issued_at=issued,
             expires_at=issued + self.settings.token_ttl_s, challenge=session.challenge,
-            embedding=verdict.best_embedding))
+            embedding=verdict.best_embedding, checks=dict(verdict.checks)))
 
     @staticmethod
     def _outputs(status: dict, is_live: bool, score: float, token: bytes) -> Answer:
@@ -272,9 +332,11 @@ class LivenessStep:
         }
 
 
-def _pose(result) -> tuple[float, float, float]:
+def _pose(result) -> tuple[float, float, float] | None:
+    """The face's head pose, None when no head makes it (a landmark misfit)."""
     quality = result.quality or {}
-    return (quality["yaw"], quality["pitch"], quality["roll"])
+    pose = (quality["yaw"], quality["pitch"], quality["roll"])
+    return pose if plausible(pose[0], pose[1]) else None
 
 
 def _sharpness(result) -> float:

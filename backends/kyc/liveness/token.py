@@ -10,8 +10,11 @@ replica behind one service must read the same key. Tokens of the earlier format
 they live 5 minutes, the length of a rolling update.
 
 Its plaintext is JSON: session id, verdict, score, issue and expiry times (Unix
-seconds), the challenge, and the embedding of the session's best frame (so
-``kyc_ensemble`` can check that the selfie and the document show the live person).
+seconds), the challenge, the embedding of the session's best frame (so
+``kyc_ensemble`` can check that the selfie and the document show the live person),
+and which checks ran and how each came out (so the decision knows whether passive
+PAD ran: a verdict without it is of lower assurance). Tokens sealed before the
+checks were carried read as "which checks ran: unknown", treated as no passive PAD.
 A client can neither read nor change it: a modified byte fails the tag, an expired
 token is refused.
 
@@ -113,13 +116,22 @@ class LivenessClaims:
     expires_at: float
     challenge: tuple[str, ...]
     embedding: np.ndarray | None  # float32, L2-normalised
+    # check name -> True/False, or "not_configured"/"off" for one that did not run;
+    # None: a token from before checks were carried
+    checks: dict | None = None
+
+    @property
+    def passive_pad(self) -> bool:
+        """Whether a passive anti-spoofing model ran in the session (and passed)."""
+        return bool(self.checks) and self.checks.get("passive_pad") is True  # type: ignore[union-attr]
 
     def to_json(self) -> bytes:
         embedding = None if self.embedding is None else base64.b64encode(
             np.asarray(self.embedding, dtype="<f4").tobytes()).decode()
         return json.dumps({"sid": self.session, "live": self.is_live, "score": self.score,
                            "iat": self.issued_at, "exp": self.expires_at,
-                           "challenge": list(self.challenge), "emb": embedding},
+                           "challenge": list(self.challenge), "emb": embedding,
+                           "checks": self.checks},
                           separators=(",", ":")).encode()
 
     @classmethod
@@ -128,8 +140,12 @@ class LivenessClaims:
             raw = json.loads(data)
             embedding = None if raw["emb"] is None else np.frombuffer(
                 base64.b64decode(raw["emb"]), dtype="<f4").astype(np.float32)
+            checks = raw.get("checks")
+            if checks is not None and not isinstance(checks, dict):
+                raise TypeError("checks is not an object")
             return cls(str(raw["sid"]), bool(raw["live"]), float(raw["score"]),
-                       float(raw["iat"]), float(raw["exp"]), tuple(raw["challenge"]), embedding)
+                       float(raw["iat"]), float(raw["exp"]), tuple(raw["challenge"]), embedding,
+                       checks)
         except (ValueError, KeyError, TypeError, binascii.Error) as exc:
             raise TokenError(f"token content is malformed: {type(exc).__name__}") from None
 

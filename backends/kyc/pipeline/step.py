@@ -55,6 +55,9 @@ class Request:
 
     inputs: Mapping[str, np.ndarray]
     correlation_id: Any = None  # the sequence of a sequence-batched model
+    # The request's own parameters (KServe v2 "parameters": a client's tags, such as
+    # liveness_sequence's kyc_client); never tensors, never required.
+    parameters: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Step(Protocol):

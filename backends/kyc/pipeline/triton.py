@@ -131,6 +131,16 @@ def input_names(config: Mapping[str, Any]) -> list[str]:
     return names
 
 
+def request_parameters(request: Any) -> dict[str, Any]:
+    """A request's parameters (the backend gives them as a JSON object); {} when it has
+    none or they cannot be read (they are tags, never needed to answer)."""
+    try:
+        parsed = json.loads(request.parameters() or "{}")
+    except (AttributeError, TypeError, ValueError):
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
 def instance_count(config: Mapping) -> int:
     """Instances of this model on this server (1 when the config says nothing)."""
     return max(1, sum(int(g.get("count", 1)) for g in config.get("instance_group", [])))
@@ -171,7 +181,8 @@ class StepModel:
                 tensor = pb.get_input_tensor_by_name(r, name)
                 if tensor is not None:
                     inputs[name] = tensor.as_numpy()
-            batch.append(Request(inputs, r.correlation_id() if self.sequence else None))
+            batch.append(Request(inputs, r.correlation_id() if self.sequence else None,
+                                 request_parameters(r)))
         try:
             answers: list[Answer] = self.step.run(batch)
         except Exception as exc:  # never raise out of execute: answer every request

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import hashlib
 import json
 import logging
 import time
@@ -140,23 +141,32 @@ def same_origin(headers) -> bool:
     return origin.split("://", 1)[-1].rstrip("/") == host
 
 
-def advice(status: dict, challenge: dict) -> str:
-    """One line for the person, from a frame's findings and the progress."""
+def advice(status: dict) -> str:
+    """One line for the person, from the server's words for this frame (STATUS
+    ``guidance``: what to do, never an angle) and the progress."""
     frame = status.get("frame") or {}
     progress = status.get("progress") or {}
-    if frame and not frame.get("face_found"):
-        return "We cannot see your face: look at the camera."
-    if frame.get("faces", 1) > 1:
-        return "Only you should be in the picture."
-    if frame and not frame.get("sharp", True):
+    if frame and frame.get("face_found") and not frame.get("sharp", True):
         return "Hold the phone still."
-    nxt = progress.get("next")
-    if nxt is None:
-        return "Well done. Now look at the camera."
-    instructions = dict(zip(challenge.get("moves", []), challenge.get("instructions", []),
-                            strict=False))
-    step = f" ({progress.get('moves_done', 0) + 1} of {progress.get('moves', 0)})"
-    return instructions.get(nxt, nxt).capitalize() + step + ", then back to the camera."
+    words_now = (status.get("guidance") or "").strip()
+    line = words_now[:1].upper() + words_now[1:] if words_now else "Look at the camera"
+    if progress.get("next") is not None and progress.get("moves"):
+        line += f" ({progress.get('moves_done', 0) + 1} of {progress['moves']})"
+    return line + "."
+
+
+def ready_to_end(status: dict) -> bool:
+    """Every move made and the person facing the camera again: the page may send END."""
+    from kyc.liveness.challenge import GUIDANCE
+
+    progress = status.get("progress") or {}
+    return progress.get("next", "") is None and status.get("guidance") == GUIDANCE["done"]
+
+
+def client_pseudonym(address: str) -> str:
+    """What the server is told of the page's client (its START limit per client): a
+    digest of the address, not the address."""
+    return hashlib.sha256(b"kyc-web-client\0" + address.encode()).hexdigest()[:32]
 
 
 class BadInputError(ValueError):
@@ -280,8 +290,8 @@ def create_app(settings: WebSettings) -> Any:
             await websocket.close(code=1008)
             return
         await websocket.accept()
-        session = LivenessRelay(websocket, settings, kyc)
         who = client_address(websocket.scope, websocket.headers, settings)
+        session = LivenessRelay(websocket, settings, kyc, client_pseudonym(who))
         if not limiter.allow(who, "session", settings.sessions_per_minute):
             await session.fail("busy", 1013)
             return
@@ -315,8 +325,9 @@ class LivenessRelay:
     """One page's liveness session: its frames to a :class:`AsyncLivenessCapture`, the
     replies back as plain words (see the module docstring for the messages)."""
 
-    def __init__(self, websocket, settings: WebSettings, kyc) -> None:
+    def __init__(self, websocket, settings: WebSettings, kyc, client_id: str = "") -> None:
         self.ws, self.settings, self.kyc = websocket, settings, kyc
+        self.client_id = client_id
         self.sends = asyncio.Lock()  # the reply relay and the main loop both send
         self.rid = uuid.uuid4().hex[:12]
         self.frames = self.dropped = 0
@@ -337,7 +348,7 @@ class LivenessRelay:
 
         started = time.perf_counter()
         try:
-            capture = await self.kyc().liveness_capture()
+            capture = await self.kyc().liveness_capture(client_id=self.client_id or None)
         except KycUnavailableError:
             await self.fail("busy", 1013)
             return
@@ -347,12 +358,11 @@ class LivenessRelay:
         relay = None
         try:
             challenge = capture.challenge
-            await self.send({"type": "challenge", "moves": challenge["moves"],
-                             "instructions": challenge["instructions"],
+            await self.send({"type": "challenge", "length": challenge["length"],
                              "how": challenge.get("how", ""),
                              "min_duration_s": challenge.get("min_duration_s", 1.0),
                              "max_duration_s": challenge.get("max_duration_s", 60.0)})
-            relay = asyncio.create_task(self._relay(capture, challenge))
+            relay = asyncio.create_task(self._relay(capture))
             outcome = await self._frames(capture, relay)
             log.info("liveness %s: %d frames (%d dropped), %s in %.1f s", self.rid,
                      self.frames, self.dropped, outcome, time.perf_counter() - started)
@@ -413,7 +423,7 @@ class LivenessRelay:
         await self.ws.close(code=1000)
         return "live" if final.is_live else "not live"
 
-    async def _relay(self, capture, challenge: dict) -> None:
+    async def _relay(self, capture) -> None:
         """Each frame's reply to the page, in plain words, as it comes."""
         async for reply in capture.replies():
             if isinstance(reply, Exception):
@@ -423,9 +433,11 @@ class LivenessRelay:
             status = reply.status
             if status.get("state") == "done":
                 return
+            progress = status.get("progress") or {}
             await self.send({"type": "progress", "frame": status.get("frame") or {},
-                             "progress": status.get("progress") or {},
-                             "advice": advice(status, challenge)})
+                             "progress": {k: progress.get(k) for k in ("moves_done", "moves",
+                                                                       "next")},
+                             "advice": advice(status), "ready_to_end": ready_to_end(status)})
 
 
 def _is_end(text: str | None) -> bool:

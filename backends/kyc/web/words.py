@@ -28,11 +28,13 @@ REASON = {
     "multiple_faces_in_selfie": "More than one face was in the photo.",
     "liveness_missing": "The camera check was not done.",
     "liveness_token_expired": "The camera check is too old: please do it again.",
+    "liveness_without_passive_pad": "A person will confirm the camera check.",
     "mrz_not_found": "We could not find the code at the bottom of the document.",
     "visual_zone_mismatch": "The printed name or number does not match the document's code.",
     "elevated_fraud_score": "The application needs a second look.",
     # the liveness verdict
     "challenge_not_completed": "The head turns asked were not seen, in that order.",
+    "face_looks_flat": "The camera did not see a real head turning.",
     "face_changed": "Another face appeared during the check.",
     "multiple_or_no_faces": "Your face was not alone, or not seen, in most pictures.",
     "too_few_sharp_frames": "The pictures were blurred: hold the phone still, in good light.",

@@ -154,18 +154,16 @@
       if (message.type === "challenge") {
         challenge = message;
         started = performance.now();
-        $("kyc-progress").max = message.moves.length;
-        say("Face the camera, then do what it asks.");
-        prompt(message.instructions[0] ? "Look at the camera" : "");
+        $("kyc-progress").max = message.length;
+        say("Face the camera, then do what it asks, one move at a time.");
+        prompt("Look at the camera");
         timer = setInterval(sendFrame, 1000 / config.capture_fps);
       } else if (message.type === "progress") {
         if (ending) return;
         prompt(message.advice);
         $("kyc-progress").value = message.progress.moves_done || 0;
-        const frame = message.frame || {};
-        const facing = frame.face_found && Math.abs(frame.yaw || 0) < 8;
         const long = performance.now() - started > (challenge.min_duration_s + 0.5) * 1000;
-        if (message.progress.next === null && facing && long) end();
+        if (message.ready_to_end && long) end();
       } else if (message.type === "frame_error") {
         say(message.message, "warn");
       } else if (message.type === "result") {
