@@ -337,9 +337,9 @@ def live_session(grpc_url: str, person: Person, **options) -> list:
 
 def perform_on(capture, perform, fps: float = 15.0) -> list:
     """Stream a person through an open :class:`kyc.liveness.client.LivenessCapture`
-    (START already answered) at a camera's pace: ``perform(None)``, then each move as
-    told, waiting for the server's word after each, then ``perform(None)`` again; END is
-    left to the caller. The replies so far, in order."""
+    (START already answered) at a camera's pace: ``perform(None)``, then each move still
+    to make as told, waiting for the server's word after each, then ``perform(None)``
+    again; END is left to the caller. The replies so far, in order."""
     from kyc.liveness.client import FramePacer
 
     pacer, sent, replies = FramePacer(fps), [0], []
@@ -351,7 +351,9 @@ def perform_on(capture, perform, fps: float = 15.0) -> list:
             sent[0] += 1
 
     push(perform(None))
-    move, done = capture.challenge["next"], 0
+    # from where the session is (a session some of whose moves were made already)
+    move = capture.progress.get("next", capture.challenge["next"])
+    done = capture.progress.get("moves_done", 0)
     while move is not None:
         push(perform(move))
         ready = capture.settle()
@@ -362,3 +364,32 @@ def perform_on(capture, perform, fps: float = 15.0) -> list:
         move, done = progress[-1]["next"], progress[-1]["moves_done"]
     push(perform(None))
     return replies + capture.settle()
+
+
+def play_moves(send, perform, first: str | None, done: int = 0) -> list:
+    """A person doing each move as told, one request at a time: ``send(frame, end)``
+    sends one frame (END on the last) and returns its reply or error; ``perform`` as
+    :func:`perform_on`'s; ``first``: the move told (START's, or the last reply's when
+    ``done`` moves were made already). The replies, in order; it stops at the first
+    error."""
+    replies: list = []
+
+    def film(frames, end: bool = False) -> bool:
+        for k, frame in enumerate(frames):
+            replies.append(send(frame, end and k == len(frames) - 1))
+            if isinstance(replies[-1], Exception):
+                return False
+        return True
+
+    if not film(perform(None)):
+        return replies
+    move = first
+    while move is not None:
+        if not film(perform(move)):
+            return replies
+        progress = replies[-1].status["progress"]
+        if progress["moves_done"] <= done:
+            break  # the move was not seen
+        move, done = progress["next"], progress["moves_done"]
+    film(perform(None), end=True)
+    return replies

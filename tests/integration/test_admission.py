@@ -18,13 +18,11 @@ import time
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from PIL import Image
 
-from kyc.assets.fetch import fetch_test_photos
 from kyc.budgets import BUDGETS_MS, SLA_MS
-from kyc.liveness.synthetic import turn_sequence
 from kyc_testing import (
     SHIPPED_REPOSITORY,
+    Person,
     copy_tree,
     ensemble_customers,
     ensemble_inputs,
@@ -143,9 +141,8 @@ def test_beyond_capacity_customers_are_shed_at_once_and_admitted_ones_stay_insid
         k[0] += 1
         return ensemble_inputs(*customers[k[0] % len(customers)])
 
-    photo = np.asarray(Image.open(fetch_test_photos()["person_a_2"]).convert("RGB"))
-    box = client.infer("face_preprocess", face_input(customers[0][1])).as_numpy("BOX")[0]
-    frames = turn_sequence(photo, box, ("left", "right", "left"))
+    # a recording of three moves: the frames' latency is measured, not their verdict
+    frames = Person(url).film(("left", "right", "left"))
     try:
         before_ms = idle_ms(client, customers, 6)
         capacity = closed_loop_rate(

@@ -11,16 +11,18 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
-from PIL import Image
 
-from kyc.assets.fetch import fetch_test_photos
-from kyc.liveness.client import run_session
-from kyc.liveness.synthetic import turn_sequence
 from kyc.repo.config import model_parameters
-from kyc_testing import PROJECT_ROOT, SHIPPED_REPOSITORY, copy_tree, require_weights, start_server
+from kyc_testing import (
+    PROJECT_ROOT,
+    SHIPPED_REPOSITORY,
+    Person,
+    copy_tree,
+    live_session,
+    require_weights,
+    start_server,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -56,15 +58,8 @@ def test_publishing_creates_the_model_and_switches_liveness_to_it(repository):
 def test_a_session_reports_the_passive_pad_score_when_a_model_is_configured(repository):
     server = start_server(repository, repository.parent / "tritonserver.log")
     try:
-        client = grpcclient.InferenceServerClient(server.options.grpc_url)
-        path = fetch_test_photos()["person_a_2"]
-        tensor = grpcclient.InferInput("IMAGE", [1, 1], "BYTES")
-        tensor.set_data_from_numpy(np.array([[path.read_bytes()]], dtype=np.object_))
-        box = client.infer("face_preprocess", [tensor]).as_numpy("BOX")[0]
-        client.close()
-        image = np.asarray(Image.open(path).convert("RGB"))
-        replies = run_session(server.options.grpc_url,
-                              lambda c: turn_sequence(image, box, c["moves"]))
+        url = server.options.grpc_url
+        replies = live_session(url, Person(url, "person_a_2"))
     finally:
         server.stop()
     for reply in replies:
@@ -75,3 +70,4 @@ def test_a_session_reports_the_passive_pad_score_when_a_model_is_configured(repo
     assert 0.0 <= end.status["figures"]["pad_score"] <= 1.0
     # the random network decides nothing real: the verdict follows its check either way
     assert end.is_live == end.status["checks"]["passive_pad"], end.status
+    assert end.status["checks"]["relief"] is True

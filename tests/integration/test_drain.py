@@ -11,16 +11,11 @@ import signal
 import time
 import uuid
 
-import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
-from PIL import Image
 from test_serve_cli import ServeProcess
 
-from kyc.assets.fetch import fetch_test_photos
-from kyc.liveness.client import LivenessReply, LivenessStream
-from kyc.liveness.synthetic import turn_sequence
-from kyc_testing import SHIPPED_REPOSITORY, copy_tree, require_weights
+from kyc.liveness.client import LivenessCapture, LivenessReply
+from kyc_testing import SHIPPED_REPOSITORY, Person, copy_tree, perform_on, require_weights
 
 pytestmark = pytest.mark.integration
 
@@ -29,15 +24,6 @@ pytestmark = pytest.mark.integration
 def repository(tmp_path_factory):
     require_weights()
     return copy_tree(SHIPPED_REPOSITORY, tmp_path_factory.mktemp("drain") / "repo")
-
-
-def session_frames(grpc_url: str, challenge: dict) -> list[bytes]:
-    photo = fetch_test_photos()["person_a_2"]
-    with grpcclient.InferenceServerClient(grpc_url) as client:
-        image = grpcclient.InferInput("IMAGE", [1, 1], "BYTES")
-        image.set_data_from_numpy(np.array([[photo.read_bytes()]], dtype=np.object_))
-        box = client.infer("face_preprocess", [image]).as_numpy("BOX")[0]
-    return turn_sequence(np.asarray(Image.open(photo).convert("RGB")), box, challenge["moves"])
 
 
 def serving(repository, tmp_path, drain_secs: str) -> ServeProcess:
@@ -51,27 +37,24 @@ def serving(repository, tmp_path, drain_secs: str) -> ServeProcess:
 
 
 def stop_mid_session(serve: ServeProcess) -> tuple[object, float]:
-    """START and half the frames; SIGTERM to kyc serve; the rest and END: (END's
-    reply, when the signal went)."""
+    """START and the first move; SIGTERM to kyc serve; the other moves and END: (END's
+    reply or error, when the signal went)."""
     grpc_url = f"127.0.0.1:{serve.ports['grpc']}"
-    sid = uuid.uuid4().hex
-    with LivenessStream(grpc_url) as stream:
-        stream.send(sid, b"", start=True)
-        started = stream.receive()
-        assert isinstance(started, LivenessReply), started
-        frames = session_frames(grpc_url, started.status["challenge"])
-        half = len(frames) // 2
-        for frame in frames[:half]:
-            stream.send(sid, frame)
-        for _ in frames[:half]:
-            assert isinstance(stream.receive(), LivenessReply)
+    perform = Person(grpc_url).performer()
+    with LivenessCapture(grpc_url, uuid.uuid4().hex) as capture:
+        capture.start()
+        for frame in perform(None) + perform(capture.challenge["next"]):
+            capture.push(frame)
+            time.sleep(1 / 15)
+        assert all(isinstance(r, LivenessReply) for r in capture.settle())
         serve.proc.send_signal(signal.SIGTERM)
         stopped = time.monotonic()
-        time.sleep(1.0)  # the person goes on turning their head
-        for k, frame in enumerate(frames[half:]):
-            stream.send(sid, frame, end=k == len(frames) - half - 1)
-        replies = [stream.receive() for _ in frames[half:]]
-        return replies[-1], stopped
+        time.sleep(1.0)  # the person goes on with their moves
+        perform_on(capture, perform)
+        try:
+            return capture.end(b""), stopped
+        except Exception as exc:  # the server's answer to END
+            return exc, stopped
 
 
 def test_without_a_drain_triton_fails_the_open_session_when_told_to_stop(repository, tmp_path):

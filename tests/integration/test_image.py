@@ -154,7 +154,7 @@ def test_the_model_repository_api_refuses_a_request_without_the_admin_key(contai
     assert http(f"{base}/v2/health/ready") == 200  # health and inference stay open
 
 
-def test_kyc_ensemble_approves_reviews_and_rejects_as_on_the_local_server(
+def test_kyc_ensemble_reviews_and_rejects_as_on_the_local_server(
     container, photos, server, client
 ):
     selfie, impostor = photos["person_a_2"].read_bytes(), photos["impostor_2"].read_bytes()
@@ -163,11 +163,13 @@ def test_kyc_ensemble_approves_reviews_and_rejects_as_on_the_local_server(
     container.sent["text"].append(token.decode()[5:45])
     doc = sent_document(container, photos, 1)
 
-    approved = verify(container.client, doc, selfie, token)
+    live = verify(container.client, doc, selfie, token)
     reviewed = verify(container.client, doc, selfie)
     rejected = verify(container.client, sent_document(container, photos, 2), impostor)
 
-    assert approved["decision"] == "approve" and approved["reasons"] == [], approved
+    # every check passed; no passive anti-spoofing model is shipped: a person reviews
+    assert live["decision"] == "review", live
+    assert live["reasons"] == ["liveness_without_passive_pad"], live
     assert reviewed["decision"] == "review" and reviewed["reasons"] == ["liveness_missing"]
     assert rejected["decision"] == "reject" and "face_mismatch" in rejected["reasons"]
     local = verify(client, doc, selfie)  # the session's `kyc serve` on the host
@@ -210,7 +212,7 @@ def test_kyc_verify_on_the_host_reaches_a_decision_against_the_container(
                  "--demo-frames-from", str(tmp_path / "selfie.jpg")])
 
     report = json.loads(capsys.readouterr().out)
-    assert code == 0 and report["decision"] == "approve", report
+    assert code == 3 and report["reasons"] == ["liveness_without_passive_pad"], report
     container.sent["images"] += [(tmp_path / n).read_bytes() for n in ("document.jpg",
                                                                         "selfie.jpg")]
 

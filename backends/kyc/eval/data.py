@@ -5,7 +5,9 @@
   "fields": {name: value}}`` (``kind`` optional: td1, td2 or td3);
 - liveness: ``DIR/<sample>/`` with frames as image files in name order and
   ``label.json``: ``{"label": "bona_fide" | "attack", "attack": "<type>",
-  "challenge": ["left", ...], "fps": 15}``;
+  "challenge": ["left", ...], "fps": 15}``, optionally ``"channel": "presentation" |
+  "injection"`` (how an attack reaches the server: media shown to a camera, the
+  default, or frames made by software) and ``"source"`` (where the frames come from);
 - antifraud: a CSV with the antifraud model's feature columns and ``label`` (1: fraud).
 
 Only counts and file names leave this module's readers for the report; the images and
@@ -98,6 +100,8 @@ class LivenessSample:
     challenge: tuple[str, ...]
     fps: float
     frames: tuple[Path, ...] = field(repr=False)
+    channel: str = "presentation"  # an attack's: presentation or injection
+    source: str = ""
 
     @property
     def bona_fide(self) -> bool:
@@ -117,6 +121,9 @@ def read_liveness(root: Path) -> list[LivenessSample]:
             if not bona and data["label"] != "attack":
                 raise ValueError(f"label {data['label']!r} is neither bona_fide nor attack")
             challenge = tuple(str(m) for m in data["challenge"])
+            channel = str(data.get("channel") or "presentation")
+            if channel not in ("presentation", "injection"):
+                raise ValueError(f"channel {channel!r} is neither presentation nor injection")
         except (ValueError, KeyError, TypeError) as exc:
             raise EvalError(f"{label_file}: {exc} (want {{\"label\": \"bona_fide\"|\"attack\", "
                             "\"attack\": TYPE, \"challenge\": [moves], \"fps\": N}})") from None
@@ -125,7 +132,8 @@ def read_liveness(root: Path) -> list[LivenessSample]:
             raise EvalError(f"{folder}: no frames")
         samples.append(LivenessSample(folder.name, "bona_fide" if bona else
                                       str(data.get("attack") or "attack"), challenge,
-                                      float(data.get("fps") or 15), frames))
+                                      float(data.get("fps") or 15), frames, channel,
+                                      str(data.get("source") or "")))
     if not samples:
         raise EvalError(f"{root}: no DIR/<sample>/label.json")
     return samples

@@ -4,14 +4,17 @@
 Each labelled sequence is played to ``liveness_sequence`` as a camera would send it
 (START, its frames at its own frame rate, END; :func:`kyc.liveness.client.run_session`),
 and the verdict's ``is_live`` is its outcome. A recording cannot follow a challenge
-drawn at random, so each sequence is played to the model loaded with the challenge it
-was recorded for (the ``challenge`` parameter, set only in this private server; a
-served repository that sets it is refused by ``kyc repo check``).
+drawn at random, so each sequence's START names the challenge it was recorded for, to
+a model loaded with ``challenge`` "from_request" (set only in this private server; a
+served repository that sets ``challenge`` is refused by ``kyc repo check``).
 
-What the verdict rests on is said in the report: the active challenge (head turns,
-one person, sharpness, duration) and, only when one is configured, a passive
-anti-spoofing model. None is shipped: no credible pretrained weights exist on a
-package registry (the README's Liveness section).
+What the verdict rests on is said in the report: the active challenge (head moves,
+one person, sharpness, duration), the relief check (the head turns must show a solid
+face) and, only when one is configured, a passive anti-spoofing model. None is
+shipped: no credible pretrained weights exist on a package registry (the README's
+Liveness section). Attack types are presentation attacks (media shown to a camera,
+ISO/IEC 30107-3: the worst APCER is theirs) or injection (frames made by software,
+reported apart: what no server-side check of pixels can tell from a camera).
 """
 
 from __future__ import annotations
@@ -31,11 +34,12 @@ from kyc.repo.config import model_parameters
 log = logging.getLogger(__name__)
 
 MODEL = "liveness_sequence"
-SESSIONS_IN_FLIGHT = 4
+SESSIONS_IN_FLIGHT = 8
 NO_PAD = ("no passive anti-spoofing model is installed (antispoof_model is empty; no "
           "credible pretrained weights exist on a package registry): the verdict rests on the "
-          "active challenge alone, so an attack that makes the moves (a print turned like a "
-          "head, a 3-D mask, a deepfake answering live) can pass")
+          "active challenge and the relief check, so what has a face's relief and makes the "
+          "moves (a 3-D mask, a replay of the person's recorded head turns, frames made by "
+          "software) can pass")
 
 
 def play(url: str, sample: LivenessSample) -> dict[str, Any]:
@@ -43,7 +47,8 @@ def play(url: str, sample: LivenessSample) -> dict[str, Any]:
     from kyc.liveness.client import run_session
 
     frames = [p.read_bytes() for p in sample.frames]
-    replies = run_session(url, lambda challenge: frames, fps=sample.fps)
+    replies = run_session(url, lambda challenge: frames, fps=sample.fps,
+                          parameters={"kyc_challenge": ",".join(sample.challenge)})
     final = replies[-1]
     if isinstance(final, Exception):
         return {"live": False, "error": error_text(final)}
@@ -56,7 +61,9 @@ def play(url: str, sample: LivenessSample) -> dict[str, Any]:
 def verdicts(samples: Sequence[LivenessSample], outcomes: dict[str, dict[str, Any]]
              ) -> dict[str, Any]:
     """APCER/BPCER of the sessions' outcomes, the reasons per label, the wrong ones."""
-    figures = metrics.pad_figures([(s.label, outcomes[s.name]["live"]) for s in samples])
+    injection = sorted({s.label for s in samples if s.channel == "injection"})
+    figures = metrics.pad_figures([(s.label, outcomes[s.name]["live"]) for s in samples],
+                                  injection)
     why: dict[str, Counter[str]] = {}
     for sample in samples:
         outcome = outcomes[sample.name]
@@ -80,30 +87,44 @@ def run(root: Path, repository: Path, versions: Sequence[int] | None = None) -> 
         "kind": "liveness", "data": str(root), "repository": str(repository), "model": MODEL,
         "sequences": len(samples), "labels": dict(Counter(s.label for s in samples)),
         "challenges": [",".join(c) for c in challenges], "versions": {},
+        "species": species_notes(samples),
+        "bona_fide_sources": dict(Counter(s.source.split(" ")[0] for s in samples
+                                          if s.bona_fide and s.source)),
     }
     parameters = model_parameters(repository, MODEL)
     pad_model = parameters.get("antispoof_model", "")
     result["passive_pad"] = f"configured: {pad_model}" if pad_model else NO_PAD
     served_moves = [m.strip() for m in parameters.get("moves", "left,right").split(",")]
+    # The moves the sessions look for must include every challenge's; each START names
+    # its own challenge (the private server's setting "from_request").
+    moves = served_moves + sorted({m for c in challenges for m in c} - set(served_moves))
+    fixed = {"challenge": "from_request", "moves": ",".join(moves)}
     for version in versions:
         outcomes: dict[str, dict[str, Any]] = {}
-        for challenge in challenges:
-            # The moves the sessions look for must include the challenge's.
-            moves = served_moves + sorted(set(challenge) - set(served_moves))
-            fixed = {"challenge": ",".join(challenge), "moves": ",".join(moves)}
-            group = [s for s in samples if s.challenge == challenge]
-            with EvalServer(repository, [MODEL], MODEL, version, fixed) as server:
-                played = each(lambda s, url=server.grpc_url: play(url, s), group,
-                              f"sequences v{version} {','.join(challenge)}",
-                              in_flight=SESSIONS_IN_FLIGHT)
-            for sample, outcome in zip(group, played, strict=True):
-                outcomes[sample.name] = (outcome if not isinstance(outcome, Exception)
-                                         else {"live": False, "error": error_text(outcome)})
+        with EvalServer(repository, [MODEL], MODEL, version, fixed) as server:
+            played = each(lambda s, url=server.grpc_url: play(url, s), samples,
+                          f"sequences v{version}", in_flight=SESSIONS_IN_FLIGHT)
+        for sample, outcome in zip(samples, played, strict=True):
+            outcomes[sample.name] = (outcome if not isinstance(outcome, Exception)
+                                     else {"live": False, "error": error_text(outcome)})
         result["versions"][str(version)] = figures = verdicts(samples, outcomes)
         log.info("liveness: version %d: BPCER %s, APCER (worst type) %s", version,
                  metrics.percent(figures["bpcer"]), metrics.percent(figures["apcer_max"]))
     result["recommendation"] = recommend(result)
     return result
+
+
+def species_notes(samples: Sequence[LivenessSample]) -> dict[str, dict[str, str]]:
+    """Each attack type's channel and, for this project's species, what it is."""
+    from kyc.eval.attacks import SPECIES
+
+    notes = {}
+    for sample in samples:
+        if not sample.bona_fide and sample.label not in notes:
+            known = SPECIES.get(sample.label)
+            notes[sample.label] = {"channel": sample.channel,
+                                   "what": known.what if known else ""}
+    return notes
 
 
 def recommend(result: dict[str, Any]) -> str:
@@ -113,7 +134,8 @@ def recommend(result: dict[str, Any]) -> str:
                                    i[1]["bpcer"] if i[1]["bpcer"] is not None else 1.0,
                                    -int(i[0])))
     best, f = ranked[0]
-    line = (f"{MODEL} version {best}: APCER (worst attack type) {metrics.percent(f['apcer_max'])}"
+    line = (f"{MODEL} version {best}: APCER (worst presentation attack type) "
+            f"{metrics.percent(f['apcer_max'])}"
             f", BPCER {metrics.percent(f['bpcer'])}")
     if len(ranked) > 1:
         line += " (" + "; ".join(f"version {v}: {metrics.percent(g['apcer_max'])}, "

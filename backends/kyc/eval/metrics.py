@@ -147,23 +147,32 @@ def face_figures(genuine: np.ndarray, impostor: np.ndarray, threshold: float,
 BONA_FIDE = "bona_fide"
 
 
-def pad_figures(outcomes: Sequence[tuple[str, bool]]) -> dict:
+def pad_figures(outcomes: Sequence[tuple[str, bool]],
+                injection: Sequence[str] = ()) -> dict:
     """APCER per attack type and BPCER from (label, accepted as live) per presentation;
-    ``label`` is ``bona_fide`` or the attack's type."""
+    ``label`` is ``bona_fide`` or the attack's type. The worst APCER is the worst
+    presentation attack's (ISO/IEC 30107-3); types in ``injection`` (frames made by
+    software, outside 30107-3) have their worst apart."""
     by_label: dict[str, list[bool]] = {}
     for label, accepted in outcomes:
         by_label.setdefault(label, []).append(bool(accepted))
     bona = by_label.pop(BONA_FIDE, [])
     apcer = {kind: {"presentations": len(v), "accepted": sum(v),
-                    "apcer": sum(v) / len(v)} for kind, v in sorted(by_label.items())}
-    worst = max((a["apcer"] for a in apcer.values()), default=None)
+                    "apcer": sum(v) / len(v),
+                    "channel": "injection" if kind in injection else "presentation"}
+             for kind, v in sorted(by_label.items())}
+    worst = max((a["apcer"] for a in apcer.values() if a["channel"] == "presentation"),
+                default=None)
+    injected = max((a["apcer"] for a in apcer.values() if a["channel"] == "injection"),
+                   default=None)
     return {
         "bona_fide": len(bona),
         "bona_fide_rejected": len(bona) - sum(bona),
         "bpcer": (len(bona) - sum(bona)) / len(bona) if bona else None,
         "attacks": sum(a["presentations"] for a in apcer.values()),
         "apcer_by_type": apcer,
-        "apcer_max": worst,  # ISO/IEC 30107-3: the worst attack type
+        "apcer_max": worst,  # ISO/IEC 30107-3: the worst presentation attack type
+        "apcer_injection_max": injected,
     }
 
 

@@ -130,6 +130,49 @@ def write_plots(result: Mapping[str, Any], out: Path, stem: str) -> list[Path]:
     return written
 
 
+def _liveness_lines(result: dict, versions: dict, names: list[str]) -> list[str]:
+    """The liveness part of a report: what was played, APCER per species (presentation
+    first, injection apart), BPCER, the reasons."""
+    out = [f"{result['sequences']} sequences: "
+           + ", ".join(f"{k} {n}" for k, n in sorted(result["labels"].items()))
+           + f"; challenges played: {len(result['challenges'])} different.", ""]
+    sources = result.get("bona_fide_sources") or {}
+    if sources:
+        out += ["Bona fide sessions cut from real video: "
+                + ", ".join(f"{clip} {n}" for clip, n in sorted(sources.items()))
+                + " (windows of each clip as filmed, mirrored and reversed: not independent "
+                "sessions).", ""]
+    species = result.get("species") or {}
+    if species:
+        out += [*_table(["attack type", "channel", "what"],
+                        [[f"`{t}`", note["channel"], note["what"]]
+                         for t, note in sorted(species.items(),
+                                               key=lambda i: (i[1]["channel"], i[0]))]), ""]
+    out += [f"Passive anti-spoofing: {result['passive_pad']}.", ""]
+    types = sorted({t for v in versions.values() for t in v["apcer_by_type"]},
+                   key=lambda t: (species.get(t, {}).get("channel", "presentation"), t))
+    rows = [["BPCER (bona fide rejected)"] + [
+        f"{percent(v['bpcer'])} ({v['bona_fide_rejected']}/{v['bona_fide']})"
+        for v in versions.values()]]
+    for t in types:
+        channel = species.get(t, {}).get("channel", "presentation")
+        rows.append([f"APCER `{t}`" + (" (injection)" if channel == "injection" else "")] + [
+            (f"{percent(v['apcer_by_type'][t]['apcer'])} "
+             f"({v['apcer_by_type'][t]['accepted']}/{v['apcer_by_type'][t]['presentations']})"
+             if t in v["apcer_by_type"] else "-") for v in versions.values()])
+    rows.append(["APCER, worst presentation attack"]
+                + [percent(v["apcer_max"]) for v in versions.values()])
+    if any(v.get("apcer_injection_max") is not None for v in versions.values()):
+        rows.append(["APCER, injection (not a presentation attack)"]
+                    + [percent(v.get("apcer_injection_max")) for v in versions.values()])
+    out += [*_table(["", *names], rows), ""]
+    for version, v in versions.items():
+        for label, reasons in v["reasons_by_label"].items():
+            out.append(f"- version {version}, `{label}`: "
+                       + ", ".join(f"{r} {n}" for r, n in reasons.items()))
+    return [*out, ""]
+
+
 def _bars(plt, labels: list[str], series: dict[str, list[float]], ylabel: str, top: float):
     """One group of bars per label, one bar per series (version) in each."""
     fig, ax = plt.subplots(figsize=(max(6, len(labels) * 0.8), 4))
@@ -222,25 +265,7 @@ def markdown(result: Mapping[str, Any], plots: list[Path], where: Path) -> str:
                 "alone (an idle server).", ""]
         out += [*_table(["", *[f"{result['model']} v{v}" for v in versions]], rows), ""]
     elif kind == "liveness":
-        out += [f"{result['sequences']} sequences: "
-                + ", ".join(f"{k} {n}" for k, n in sorted(result["labels"].items()))
-                + f"; challenges played: {', '.join(result['challenges'])}.", "",
-                f"Passive anti-spoofing: {result['passive_pad']}.", ""]
-        types = sorted({t for v in versions.values() for t in v["apcer_by_type"]})
-        rows = [["BPCER (bona fide rejected)"] + [
-            f"{percent(v['bpcer'])} ({v['bona_fide_rejected']}/{v['bona_fide']})"
-            for v in versions.values()]]
-        rows += [[f"APCER `{t}`"] + [
-            (f"{percent(v['apcer_by_type'][t]['apcer'])} "
-             f"({v['apcer_by_type'][t]['accepted']}/{v['apcer_by_type'][t]['presentations']})"
-             if t in v["apcer_by_type"] else "-") for v in versions.values()] for t in types]
-        rows.append(["APCER, worst type"] + [percent(v["apcer_max"]) for v in versions.values()])
-        out += [*_table(["", *names], rows), ""]
-        for version, v in versions.items():
-            for label, reasons in v["reasons_by_label"].items():
-                out.append(f"- version {version}, `{label}`: "
-                           + ", ".join(f"{r} {n}" for r, n in reasons.items()))
-        out.append("")
+        out += _liveness_lines(result, versions, names)
     elif kind == "antifraud":
         first = next(iter(versions.values()))
         out += [f"{result['cases']} cases, {result['fraud_cases']} of them fraud; thresholds "

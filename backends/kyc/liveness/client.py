@@ -154,11 +154,12 @@ class LivenessCapture:
 
     def __init__(self, url: str, sequence_id: int | str | None = None,
                  timeout_s: float = TIMEOUT_S, client_id: str | None = None,
-                 customer_id: str | None = None) -> None:
+                 customer_id: str | None = None, parameters: dict | None = None) -> None:
         self.sequence_id = sequence_id if sequence_id is not None else uuid.uuid4().hex
         self.timeout_s = timeout_s
-        self.parameters = start_parameters(client_id, customer_id)
+        self.parameters = {**start_parameters(client_id, customer_id), **(parameters or {})}
         self.started: LivenessReply | None = None
+        self.progress: dict = {}  # the latest reply's progress (moves_done, next...)
         self._stream = LivenessStream(url)
         self._pending = 0  # requests sent whose reply has not been taken from the stream
         self._ready: list[LivenessReply | Exception] = []  # taken, not yet polled
@@ -175,7 +176,7 @@ class LivenessCapture:
         reply = self._stream.receive(self.timeout_s)
         if isinstance(reply, Exception):
             raise reply
-        self.started = reply
+        self.started, self.progress = reply, reply.status.get("progress", {})
         return reply
 
     def push(self, frame: bytes) -> None:
@@ -186,17 +187,22 @@ class LivenessCapture:
         """The replies that have come since the last call, in the order sent."""
         while self._pending:
             try:
-                self._ready.append(self._stream.receive(0.0))
+                self._take(self._stream.receive(0.0))
             except queue.Empty:
                 break
             self._pending -= 1
         ready, self._ready = self._ready, []
         return ready
 
+    def _take(self, reply: LivenessReply | Exception) -> None:
+        self._ready.append(reply)
+        if not isinstance(reply, Exception) and reply.status.get("progress"):
+            self.progress = reply.status["progress"]
+
     def settle(self) -> list[LivenessReply | Exception]:
         """Wait for the replies of every frame sent, and give those not polled yet."""
         while self._pending:
-            self._ready.append(self._stream.receive(self.timeout_s))
+            self._take(self._stream.receive(self.timeout_s))
             self._pending -= 1
         ready, self._ready = self._ready, []
         return ready
@@ -206,7 +212,7 @@ class LivenessCapture:
         earlier frames that come meanwhile stay for :meth:`poll`."""
         self._send(frame, end=True)
         while self._pending:
-            self._ready.append(self._stream.receive(self.timeout_s))
+            self._take(self._stream.receive(self.timeout_s))
             self._pending -= 1
         final = self._ready.pop()
         if isinstance(final, Exception):
@@ -426,7 +432,8 @@ def perform_session(url: str, perform: Perform, sequence_id: int | str | None = 
 def run_session(url: str, make_frames: Callable[[dict], Sequence[bytes]],
                 sequence_id: int | str | None = None,
                 on_reply: Callable[[int, int, LivenessReply], None] | None = None,
-                fps: float | None = CAMERA_FPS) -> list[LivenessReply | Exception]:
+                fps: float | None = CAMERA_FPS, parameters: dict | None = None
+                ) -> list[LivenessReply | Exception]:
     """A recording played as it is: START with no frame; ``make_frames(challenge)``
     (START's STATUS ``challenge``: the first move only, so this is for frames made
     beforehand, e.g. a recorded clip played to a server loaded with the challenge it
@@ -434,8 +441,9 @@ def run_session(url: str, make_frames: Callable[[dict], Sequence[bytes]],
     :func:`perform_session`); every frame, at most ``fps`` a second (None: as fast as
     they go), END on the last, through a :class:`LivenessCapture`. One reply per
     request, START's first (only START's when it failed); ``on_reply(k, n, reply)``
-    sees each frame's reply as it comes (progress)."""
-    with LivenessCapture(url, sequence_id) as capture:
+    sees each frame's reply as it comes (progress). ``parameters``: START's request
+    parameters (``kyc_challenge`` for a server measuring recordings)."""
+    with LivenessCapture(url, sequence_id, parameters=parameters) as capture:
         try:
             started = capture.start()
         except Exception as exc:  # the server's answer to START

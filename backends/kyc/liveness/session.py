@@ -100,7 +100,8 @@ class LivenessSettings:
     # At least this many of a challenge's moves turn the head (left/right): the
     # relief check reads head turns (pitch from five landmarks is less steady).
     min_turns: int = 2
-    # A fixed challenge (moves in order) instead of a drawn one: only for measuring
+    # A fixed challenge (moves in order) instead of a drawn one, or "from_request" (each
+    # START names its own in the request parameter kyc_challenge): only for measuring
     # recorded sequences (`kyc eval liveness` loads it into its private server). A
     # predictable challenge lets a replayed clip pass: `kyc repo check` refuses it in
     # a repository, and the model logs a warning when it is set.
@@ -125,7 +126,8 @@ class LivenessSettings:
     idle_ttl_s: float = 120.0  # sessions idle this long are evicted
     max_sessions: int = 256
     # STARTs a client (the request parameter kyc_client) or a customer (kyc_customer)
-    # may make in start_window_s, per instance; abandoned sessions count like others.
+    # may make in start_window_s (each instance allows its share, rounded up);
+    # abandoned sessions count like others.
     max_starts_per_client: int = 10
     max_starts_per_customer: int = 5
     start_window_s: float = 600.0
@@ -138,7 +140,7 @@ class LivenessSettings:
         if self.min_relief > 0 and not yaw_moves(moves):
             raise ValueError(f"moves {self.moves!r} has no head turn (left or right), which "
                              "the relief check reads: add one, or set min_relief to 0")
-        if self.challenge:
+        if self.challenge and self.challenge != "from_request":
             parse_moves(self.challenge)
 
 

@@ -50,6 +50,7 @@ from kyc.liveness.session import (
 from kyc.liveness.store import SessionLimitError, SessionStore, StartLimiter, StartLimitError
 from kyc.liveness.token import LivenessClaims, TokenSealer, load_key
 from kyc.pipeline.step import Answer, Request, RequestError, StepContext, encoded_items
+from kyc.pipeline.triton import instance_count
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,10 @@ class FaceCrops:
 # The request parameters that name who starts a session (read at START only).
 CLIENT_PARAMETER = "kyc_client"
 CUSTOMER_PARAMETER = "kyc_customer"
+# Measuring recorded sequences only (the ``challenge`` setting "from_request", which
+# `kyc repo check` refuses in a served repository): START names the session's challenge.
+CHALLENGE_PARAMETER = "kyc_challenge"
+CHALLENGE_FROM_REQUEST = "from_request"
 
 
 class LivenessStep:
@@ -88,7 +93,9 @@ class LivenessStep:
         self.settings = context.settings(LivenessSettings)
         self.settings.check()
         self.moves = parse_moves(self.settings.moves)
-        self.fixed = parse_moves(self.settings.challenge) if self.settings.challenge else None
+        self.fixed = (parse_moves(self.settings.challenge)
+                      if self.settings.challenge not in ("", CHALLENGE_FROM_REQUEST) else None)
+        self.told = self.settings.challenge == CHALLENGE_FROM_REQUEST
         face = dataclasses.replace(
             context.model_settings(FaceSettings, self.settings.face_model),
             detector_size=self.settings.detector_size, try_rotations=self.settings.try_rotations,
@@ -101,20 +108,25 @@ class LivenessStep:
             context.repository.parameters(self.settings.embedding_model)["match_threshold"])
         self.sealer = TokenSealer(load_key(context.environ))
         self.store = SessionStore(self.settings.max_sessions, self.settings.idle_ttl_s)
+        # Each instance holds its own counts, and a client's STARTs may land on any
+        # instance: each allows its share, so that all of them together allow the limit
+        # (rounded up to a multiple of the instances).
+        instances = max(instance_count(context.config), 1)
         self.limits = {
-            CLIENT_PARAMETER: StartLimiter(self.settings.max_starts_per_client,
+            CLIENT_PARAMETER: StartLimiter(-(-self.settings.max_starts_per_client // instances),
                                            self.settings.start_window_s),
-            CUSTOMER_PARAMETER: StartLimiter(self.settings.max_starts_per_customer,
-                                             self.settings.start_window_s)}
+            CUSTOMER_PARAMETER: StartLimiter(
+                -(-self.settings.max_starts_per_customer // instances),
+                self.settings.start_window_s)}
         self.metrics = SessionMetrics(context.model, context.version, context.in_server)
         log.info("%s: moves %s x%d, passive PAD %s, at most %d sessions idle %.0f s",
                  context.model, ",".join(self.moves), self.settings.challenge_length,
                  self.settings.antispoof_model or PAD_NOT_CONFIGURED,
                  self.settings.max_sessions, self.settings.idle_ttl_s)
-        if self.fixed:
-            log.warning("%s: every session gets the FIXED challenge %s (for measuring "
-                        "recorded sequences only: a replayed clip passes it)", context.model,
-                        ",".join(self.fixed))
+        if self.fixed or self.told:
+            log.warning("%s: every session gets the challenge %s (for measuring recorded "
+                        "sequences only: a replayed clip passes it)", context.model,
+                        ",".join(self.fixed) if self.fixed else "its START names")
 
     @classmethod
     def from_context(cls, context: StepContext) -> LivenessStep:
@@ -132,6 +144,14 @@ class LivenessStep:
 
     def close(self) -> None:
         self.metrics.close()
+
+    def moves_seen(self, sid: Any) -> list[str] | None:
+        """The moves a live session showed so far, whatever its challenge; None when no
+        such session. For tooling in this process that labels recordings with the moves
+        they hold (``kyc eval samples``): never told in a reply (a replayed clip could be
+        tuned with it)."""
+        session = self.store.get(sid)
+        return None if session is None else session.events(self.settings)
 
     # -- execute --------------------------------------------------------------------
     def run(self, requests: Sequence[Request]) -> list[Answer]:
@@ -181,8 +201,11 @@ class LivenessStep:
             if refused is not None:
                 item.error = refused
                 return
-            challenge = self.fixed or draw_challenge(self.moves, self.settings.challenge_length,
-                                                     min_turns=self.settings.min_turns)
+            try:
+                challenge = self._challenge_for(item.parameters or {})
+            except RequestError as exc:
+                item.error = exc
+                return
             try:
                 if self.store.start(item.sid, Session(challenge, now, now)):
                     self.metrics.restarted()
@@ -201,6 +224,20 @@ class LivenessStep:
                                       "frames: send END")
             return
         item.session = session
+
+    def _challenge_for(self, parameters: dict) -> tuple[str, ...]:
+        """A new session's challenge: drawn at random, or (measuring only) fixed or
+        named by START's ``kyc_challenge`` parameter."""
+        if self.fixed:
+            return self.fixed
+        if self.told:
+            try:
+                return parse_moves(str(parameters.get(CHALLENGE_PARAMETER, "")))
+            except ValueError as exc:
+                raise RequestError(f"START must name its challenge ({CHALLENGE_PARAMETER}): "
+                                   f"{exc}") from None
+        return draw_challenge(self.moves, self.settings.challenge_length,
+                              min_turns=self.settings.min_turns)
 
     def _refused(self, parameters: dict, now: float) -> StartLimitError | None:
         """The error for a START over a client's or customer's limit (each named by a
