@@ -17,7 +17,7 @@ import tritonclient.grpc as grpcclient
 from onnx import TensorProto, helper
 
 from kyc.client import DEFAULT_RETRY
-from kyc.liveness.client import LivenessReply, frame_input
+from kyc.liveness.client import MOVE_TRIES, LivenessReply, frame_input
 from kyc.runtime.server import ServerError, ServerOptions, TritonServer, free_port
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -353,15 +353,16 @@ def perform_on(capture, perform, fps: float = 15.0) -> list:
     push(perform(None))
     # from where the session is (a session some of whose moves were made already)
     move = capture.progress.get("next", capture.challenge["next"])
-    done = capture.progress.get("moves_done", 0)
-    while move is not None:
+    done, tries = capture.progress.get("moves_done", 0), 0
+    while move is not None and tries < MOVE_TRIES:
         push(perform(move))
         ready = capture.settle()
         replies += ready
         progress = [r.status["progress"] for r in ready if not isinstance(r, Exception)]
-        if not progress or progress[-1]["moves_done"] <= done:
-            break  # the move was not seen
-        move, done = progress[-1]["next"], progress[-1]["moves_done"]
+        if progress and progress[-1]["moves_done"] > done:
+            move, done, tries = progress[-1]["next"], progress[-1]["moves_done"], 0
+        else:
+            tries += 1  # not seen: made again, as a person told "a little more" does
     push(perform(None))
     return replies + capture.settle()
 
@@ -383,13 +384,14 @@ def play_moves(send, perform, first: str | None, done: int = 0) -> list:
 
     if not film(perform(None)):
         return replies
-    move = first
-    while move is not None:
+    move, tries = first, 0
+    while move is not None and tries < MOVE_TRIES:
         if not film(perform(move)):
             return replies
         progress = replies[-1].status["progress"]
-        if progress["moves_done"] <= done:
-            break  # the move was not seen
-        move, done = progress["next"], progress["moves_done"]
+        if progress["moves_done"] > done:
+            move, done, tries = progress["next"], progress["moves_done"], 0
+        else:
+            tries += 1  # not seen: made again
     film(perform(None), end=True)
     return replies

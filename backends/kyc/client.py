@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 from kyc.liveness.client import (
     CAMERA_FPS,
+    MOVE_TRIES,
     AsyncLivenessCapture,
     FramePacer,
     LivenessCapture,
@@ -409,15 +410,16 @@ class AsyncKycClient:
                     sent[0] += 1
 
             await film(perform(None))
-            move, done = start.status["challenge"].get("next"), 0
-            while move is not None and done < MAX_MOVES:
+            move, done, tries = start.status["challenge"].get("next"), 0, 0
+            while move is not None and done < MAX_MOVES and tries < MOVE_TRIES:
                 await film(perform(move))
                 while len(replies) - 1 < sent[0]:
                     replies.append(_checked(await capture.next_reply()))
                 progress = replies[-1].status.get("progress", {})
-                if progress.get("moves_done", 0) <= done:
-                    break  # the move was not seen: the verdict will say so
-                move, done = progress.get("next"), progress["moves_done"]
+                if progress.get("moves_done", 0) > done:
+                    move, done, tries = progress.get("next"), progress["moves_done"], 0
+                else:
+                    tries += 1  # not seen: made again, as a person told "a little more"
             tail = list(perform(None)) or [b""]
             await film(tail[:-1])
             try:

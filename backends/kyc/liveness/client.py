@@ -369,6 +369,7 @@ _CLOSED = object()
 
 
 Perform = Callable[[str | None], Sequence[bytes]]
+MOVE_TRIES = 3  # a move not seen is made again, as a person told "a little more" does
 
 
 def perform_session(url: str, perform: Perform, sequence_id: int | str | None = None,
@@ -406,17 +407,20 @@ def perform_session(url: str, perform: Perform, sequence_id: int | str | None = 
                 take(capture.poll())
 
         film(perform(None))
-        move, done = started.status["challenge"].get("next"), 0
-        for _ in range(max_moves):
+        move, done, tries = started.status["challenge"].get("next"), 0, 0
+        for _ in range(max_moves + MOVE_TRIES):
             if move is None:
                 break
             film(perform(move))
             ready = capture.settle()
             take(ready)
             told = [r.status.get("progress", {}) for r in ready if not isinstance(r, Exception)]
-            if not told or told[-1].get("moves_done", 0) <= done:
+            if told and told[-1].get("moves_done", 0) > done:
+                move, done, tries = told[-1].get("next"), told[-1]["moves_done"], 0
+            elif tries + 1 >= MOVE_TRIES:
                 break  # the move was not seen: the verdict will say so
-            move, done = told[-1].get("next"), told[-1]["moves_done"]
+            else:
+                tries += 1  # as a person told "a little more" does it again
         tail = list(perform(None)) or [b""]
         film(tail[:-1])
         pacer.wait(sent[0])

@@ -72,14 +72,23 @@ class HeadModel:
 
     def __init__(self, image: np.ndarray, landmarks: Sequence[Sequence[float]],
                  mesh: FaceMesh | None = None) -> None:
+        from kyc.face.quality import head_pose
+
         self.image = np.ascontiguousarray(image)
         mesh = mesh or load_mesh()
-        five = mesh.five_points()
+        points = np.asarray(landmarks, np.float64).reshape(5, 2)
+        # The mesh turned as the photo's face is (a photo is seldom quite frontal), so
+        # that a render's turn is relative to the pose the photo shows.
+        yaw, pitch, _ = head_pose(points)
+        # (pitch as head_pose reads the mesh's own projection: measured, this sign
+        # makes every test photo read each move)
+        vertices = _rotate(mesh.vertices, float(np.clip(yaw, -30, 30)),
+                           float(np.clip(pitch, -20, 20)))
+        five = FaceMesh(vertices, mesh.triangles).five_points()
         flip = np.array([1.0, -1.0])  # mesh y up -> image y down
-        scale, rotation, shift = _similarity(five[:, :2] * flip,
-                                             np.asarray(landmarks, np.float64).reshape(5, 2))
-        flat = (mesh.vertices[:, :2] * flip) @ (scale * rotation).T + shift
-        self.points = np.hstack([flat, mesh.vertices[:, 2:3] * scale])  # z to the camera
+        scale, rotation, shift = _similarity(five[:, :2] * flip, points)
+        flat = (vertices[:, :2] * flip) @ (scale * rotation).T + shift
+        self.points = np.hstack([flat, vertices[:, 2:3] * scale])  # z to the camera
         self.triangles = mesh.triangles
         self.pivot = np.array([*(five[:, :2] * flip).mean(axis=0) @ (scale * rotation).T
                                + shift, PIVOT_Z_CM * scale])
@@ -95,10 +104,7 @@ class HeadModel:
         return self._cache[key]
 
     def _turned(self, yaw: float, pitch: float) -> np.ndarray:
-        a, b = math.radians(yaw), math.radians(pitch)
-        ry = np.array([[math.cos(a), 0, math.sin(a)], [0, 1, 0], [-math.sin(a), 0, math.cos(a)]])
-        rx = np.array([[1, 0, 0], [0, math.cos(b), -math.sin(b)], [0, math.sin(b), math.cos(b)]])
-        return (self.points - self.pivot) @ (rx @ ry).T + self.pivot
+        return _rotate(self.points - self.pivot, yaw, pitch) + self.pivot
 
     def _render(self, yaw: float, pitch: float) -> np.ndarray:
         height, width = self.image.shape[:2]
@@ -125,6 +131,15 @@ class HeadModel:
         maps = (grid + shift).astype(np.float32)
         return cv2.remap(self.image, maps[..., 0], maps[..., 1], cv2.INTER_LINEAR,
                          borderMode=cv2.BORDER_REFLECT)
+
+
+def _rotate(points: np.ndarray, yaw: float, pitch: float) -> np.ndarray:
+    """``points`` (x right, z to the camera; y up for the mesh, down for an image: the
+    pitch sign follows) turned ``yaw`` about the vertical axis, then ``pitch``."""
+    a, b = math.radians(yaw), math.radians(pitch)
+    ry = np.array([[math.cos(a), 0, math.sin(a)], [0, 1, 0], [-math.sin(a), 0, math.cos(a)]])
+    rx = np.array([[1, 0, 0], [0, math.cos(b), -math.sin(b)], [0, math.sin(b), math.cos(b)]])
+    return points @ (rx @ ry).T
 
 
 def _raster_map(source: np.ndarray, depth: np.ndarray, turned: np.ndarray,
