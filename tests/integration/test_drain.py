@@ -51,8 +51,8 @@ def stop_mid_session(serve: ServeProcess) -> tuple[object, float]:
         stopped = time.monotonic()
         time.sleep(1.0)  # the person goes on with their moves
         perform_on(capture, perform)
-        try:
-            return capture.end(b""), stopped
+        try:  # the last frame, with END: its face still needs the detector
+            return capture.end(perform(None)[0]), stopped
         except Exception as exc:  # the server's answer to END
             return exc, stopped
 

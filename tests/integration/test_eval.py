@@ -124,7 +124,7 @@ def test_liveness_measures_apcer_per_attack_species_and_bpcer_on_real_video(
 
     figures = result["versions"]["1"]
     assert set(result["bona_fide_sources"]) == {"woman_turning", "man_in_car"}
-    assert figures["bona_fide"] >= 4
+    assert figures["bona_fide"] >= 2
     assert set(figures["apcer_by_type"]) == set(SPECIES)
     assert all(a["presentations"] == 4 for a in figures["apcer_by_type"].values())
     # every presentation attack is stopped: a photo shown to the camera, however turned
