@@ -67,9 +67,14 @@ def test_pad_figures_apcer_per_attack_type_and_bpcer():
                 ("bona_fide", True), ("print", False), ("print", True), ("replay", False)]
     f = metrics.pad_figures(outcomes)
     assert f["bpcer"] == 0.25 and f["bona_fide_rejected"] == 1
-    assert f["apcer_by_type"]["print"] == {"presentations": 2, "accepted": 1, "apcer": 0.5}
+    assert f["apcer_by_type"]["print"] == {"presentations": 2, "accepted": 1, "apcer": 0.5,
+                                           "channel": "presentation"}
     assert f["apcer_by_type"]["replay"]["apcer"] == 0.0
     assert f["apcer_max"] == 0.5 and f["attacks"] == 3
+    # an injection attack type is reported apart from the presentation attacks' worst
+    g = metrics.pad_figures([*outcomes, ("render", True)], injection=["render"])
+    assert g["apcer_max"] == 0.5 and g["apcer_injection_max"] == 1.0
+    assert g["apcer_by_type"]["render"]["channel"] == "injection"
 
 
 def test_fraud_figures_auc_and_shares_above_the_thresholds():
