@@ -117,7 +117,8 @@ def test_documents_liveness_antifraud_recommend_by_their_field_measure():
     live = {"passive_pad": liveness.NO_PAD, "versions": {
         "1": {"apcer_max": 0.2, "bpcer": 0.0}, "2": {"apcer_max": 0.0, "bpcer": 0.1}}}
     line = liveness.recommend(live)
-    assert line.startswith("liveness_sequence version 2: APCER (worst presentation attack type) 0.0%")
+    assert line.startswith(
+        "liveness_sequence version 2: APCER (worst presentation attack type) 0.0%")
     assert line.endswith("No passive anti-spoofing model is installed")
     fraud = {"versions": {"1": {"roc_auc": 0.97, "fraud": {"at_or_above": {}}},
                           "2": {"roc_auc": 0.99, "fraud": {"at_or_above": {}}}}}
