@@ -141,8 +141,15 @@ def test_beyond_capacity_customers_are_shed_at_once_and_admitted_ones_stay_insid
         k[0] += 1
         return ensemble_inputs(*customers[k[0] % len(customers)])
 
-    # a recording of three moves: the frames' latency is measured, not their verdict
-    frames = Person(url).film(("left", "right", "left"))
+    # a recording of three moves, 21 frames: 3 facing, then each move held 3 frames and
+    # 3 facing (the frames' latency is measured, not their verdict)
+    from kyc.liveness.synthetic import encode, frame_variant, move_pose
+
+    head = Person(url).head
+    poses = [(0.0, 0.0)] * 3
+    for move in ("left", "right", "left"):
+        poses += [move_pose(move)] * 3 + [(0.0, 0.0)] * 3
+    frames = [encode(head.render(*pose), *frame_variant(k)) for k, pose in enumerate(poses)]
     try:
         before_ms = idle_ms(client, customers, 6)
         capacity = closed_loop_rate(
