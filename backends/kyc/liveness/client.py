@@ -425,11 +425,7 @@ def perform_session(url: str, perform: Perform, sequence_id: int | str | None = 
         film(tail[:-1])
         pacer.wait(sent[0])
         sent[0] += 1
-        try:
-            final: LivenessReply | Exception = capture.end(tail[-1])
-        except Exception as exc:  # the server's answer to END
-            final = exc
-        take([*capture.poll(), final])
+        take(_ended(capture, tail[-1]))
         return replies
 
 
@@ -468,9 +464,15 @@ def run_session(url: str, make_frames: Callable[[dict], Sequence[bytes]],
             take(capture.poll())
         if frames:
             pacer.wait(len(frames) - 1)
-            try:
-                final: LivenessReply | Exception = capture.end(frames[-1])
-            except Exception as exc:  # the server's answer to END
-                final = exc
-            take([*capture.poll(), final])
+            take(_ended(capture, frames[-1]))
         return replies
+
+
+def _ended(capture: LivenessCapture, frame: bytes) -> list[LivenessReply | Exception]:
+    """END with ``frame``: the replies still to come, the verdict (or the server's
+    answer to END) last."""
+    try:
+        final: LivenessReply | Exception = capture.end(frame)
+    except Exception as exc:  # the server's answer to END
+        final = exc
+    return [*capture.poll(), final]
