@@ -135,9 +135,14 @@ def run_open_loop(start: Starter, rate_per_s: float, duration_s: float,
                 for k, r in enumerate(results)]
 
 
-def closed_loop_rate(call: Callable[[], Any], concurrency: int, duration_s: float) -> float:
+RETRY_S = 0.25
+
+
+def closed_loop_rate(call: Callable[[], Any], concurrency: int, duration_s: float,
+                     retry_s: float = RETRY_S) -> float:
     """Capacity: answers per second with ``concurrency`` callers each sending its
-    next request as soon as the last one is answered (errors count as not served)."""
+    next request as soon as the last one is answered (errors count as not served; a
+    caller refused waits ``retry_s``, as a client backs off, rather than spinning)."""
     served = [0] * concurrency
     stop = time.monotonic() + duration_s
 
@@ -146,6 +151,7 @@ def closed_loop_rate(call: Callable[[], Any], concurrency: int, duration_s: floa
             try:
                 call()
             except Exception:
+                time.sleep(retry_s)
                 continue
             served[k] += 1
 

@@ -56,18 +56,40 @@ def test_fast_answers_under_a_full_limit_raise_it_slowly_up_to_the_maximum():
     assert s.limit == 10
 
 
-def test_slow_answers_cut_the_limit_at_most_once_per_half_target():
+def test_slow_answers_cut_the_limit_to_what_finishes_inside_the_target_once():
     s = state(AdmissionSettings(target_s=4.0, ttl_s=8.0, initial_limit=8, min_limit=2,
                                 max_limit=10, decrease=0.5))
     tickets = [s.admit(0.0).ticket for _ in range(8)]
     for t in tickets:
         s.release(t, 5.0)  # all over the 4 s target, given back together
     s.admit(5.0)
-    assert s.limit == 4  # one cut, not eight
+    # Little's law: 8 in flight took 5 s, so 6.4 finish inside 4 s; eight slow answers
+    # cut to that estimate once, not eight times
+    assert s.limit == pytest.approx(6.4)
     t = s.admit(5.1).ticket
     s.release(t, 9.5)
-    s.admit(9.5)  # 4.4 s later: another cut, floored at min_limit
+    s.admit(9.5)  # alone and 4.4 s: under one fits, floored at min_limit
     assert s.limit == 2
+
+
+def test_a_new_server_starts_small_and_grows_by_one_a_round_trip_while_there_is_room():
+    s = state(AdmissionSettings(target_s=4.0, ttl_s=8.0, initial_limit=2, min_limit=2,
+                                max_limit=64, decrease=0.8))
+    now = 0.0
+    for _ in range(6):  # fast answers (0.5 s) with the limit full: room for 8x as many
+        first = s.admit(now).ticket  # takes the tickets back first: the limit moves
+        tickets = [first] + [s.admit(now).ticket for _ in range(int(s.limit) - 1)]
+        now += 0.5
+        for t in tickets:
+            s.release(t, now)
+    first = s.admit(now).ticket
+    assert s.limit >= 40  # doubling a round trip, not +1/limit
+    grown = int(s.limit)
+    tickets = [first] + [s.admit(now).ticket for _ in range(grown - 1)]
+    for t in tickets:
+        s.release(t, now + 6.0)  # then the crowd is slow: 6 s
+    s.admit(now + 6.0)
+    assert s.limit == pytest.approx(grown * 4.0 / 6.0, rel=0.05)
 
 
 def test_an_idle_server_takes_a_request_larger_than_the_limit_and_a_busy_one_does_not():

@@ -125,6 +125,9 @@ def test_the_closed_loop_rate_counts_served_calls_per_second_not_errors():
         if len(calls) % 2:
             raise RuntimeError("refused")
 
-    rate = closed_loop_rate(call, 2, 0.3)
+    rate = closed_loop_rate(call, 2, 0.3, retry_s=0.0)
     assert 0 < rate < 2 / 0.01
     assert rate == pytest.approx(len(calls) / 2 / 0.3, rel=0.5)
+    calls.clear()
+    closed_loop_rate(call, 2, 0.3, retry_s=0.1)  # a refused caller backs off
+    assert len(calls) < 20  # not the 60 of callers that spin

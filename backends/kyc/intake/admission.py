@@ -17,14 +17,19 @@ step: its ticket expires after ``ttl_s`` (the SLA). Each entry has its own limit
 state (:data:`ENTRIES`): a document read alone costs a fraction of a customer; the
 budgets are ``kyc.budgets.ADMISSION_BUDGET_MS`` (the SLA for both, and why).
 
-The limit follows measured latency, in the style of Netflix's concurrency-limits
-(AIMD): each ticket given back under the target latency raises it by 1/limit (one per
-limit's worth of customers), but only while the limit was in use (at least half of it
-out when the customer came: idle traffic does not inflate it); a customer over the
-target, or an expired ticket, cuts it by ``decrease`` at most once per half a target.
-The target is a share of the entry's budget (``kyc.budgets.ADMISSION_TARGET_SHARE``):
-the mean latency of admitted customers kept there leaves their tail inside it. So
-the limit settles near capacity x target (Little's law) on any hardware. A request
+The limit follows measured latency, in the style of Netflix's concurrency-limits:
+each ticket given back tells, by Little's law, how many customers the server finishes
+inside the target (the tickets out over its latency, times the target). A customer
+over the target cuts the limit to that estimate; one under it, while the limit was in
+use (at least half of it out when the customer came: idle traffic does not inflate
+it), raises it by 1 while it came in half the target and the estimate leaves room,
+else by 1/limit; an expired ticket
+cuts it by ``decrease`` at most once per half a target. It starts at ``initial_limit``
+(4): a crowd on a fresh server is not admitted far past what the server finishes
+inside the SLA (at 8, measured on a 2-core VM, the first eight took 10-17 s). The target
+is a share of the entry's budget (``kyc.budgets.ADMISSION_TARGET_SHARE``): the mean
+latency of admitted customers kept there leaves their tail inside it. So the limit
+settles near capacity x target (Little's law) on any hardware. A request
 that finds nothing in flight is always taken, whatever its number of customers and
 the limit: sequential customers are never refused.
 
@@ -75,10 +80,12 @@ class AdmissionSettings:
     enabled: bool = True
     target_s: float = SLA_MS / 1000 * ADMISSION_TARGET_SHARE
     ttl_s: float = SLA_MS / 1000
-    initial_limit: float = 8.0
+    # A server starts small and grows to its capacity in a few round trips: a crowd
+    # at start is not admitted past what it can finish inside the SLA.
+    initial_limit: float = 4.0
     min_limit: float = 2.0
     max_limit: float = 64.0
-    decrease: float = 0.8  # the limit is multiplied by this on a customer over the target
+    decrease: float = 0.8  # the limit is multiplied by this on an expired ticket
 
     def for_entry(self, entry: str) -> AdmissionSettings:
         """These settings with ``entry``'s target (a share of its budget)."""
@@ -161,17 +168,36 @@ class AdmissionState:
             self.header[1] = self._clamp(self.limit * s.decrease)
             self.header[2] = now
 
+    def _moved(self, latency: float, in_flight: float) -> None:
+        """The limit after one ticket back ``latency`` s after it was taken, with about
+        ``in_flight`` tickets out meanwhile. By Little's law the server finishes
+        ``in_flight / latency`` customers a second, so ``fits`` of them stay inside the
+        target: a slow answer cuts the limit to it (an estimate, so a crowd of slow
+        answers cuts once, not once each); a fast one while the limit was in use
+        raises it by 1 while it came in half the target and ``fits`` leaves room (a
+        new or a larger server reaches its capacity in a few round trips), else by
+        1/limit (probing: a limit near capacity does not overshoot it)."""
+        s = self._settings()
+        fits = in_flight * s.target_s / max(latency, 1e-3)
+        if latency > s.target_s:
+            self.header[1] = self._clamp(min(self.limit, fits))
+        else:
+            roomy = latency <= s.target_s / 2 and self.limit + 1.0 <= fits
+            step = 1.0 if roomy else 1.0 / self.limit
+            self.header[1] = self._clamp(self.limit + step)
+
     def _take_back(self, now: float) -> tuple[list[float], int]:
         """Free the tickets given back (their latencies) and those expired (counted),
         moving the limit for each."""
         s = self._settings()
         back = self.slots[:, BACK] > 0
+        out_now = int(np.count_nonzero(self.slots[:, TAKEN]))
         latencies = (self.slots[back, BACK_AT] - self.slots[back, AT]).tolist()
         for latency, out_then in zip(latencies, self.slots[back, OUT].tolist(), strict=True):
-            if latency > s.target_s:
-                self._decrease(now)
-            elif out_then + 1 >= self.limit / 2:  # the limit was in use
-                self.header[1] = self._clamp(self.limit + 1.0 / self.limit)
+            # in use: at least half the limit out when it came (a quiet day does not
+            # open the gate); a slow answer counts whenever it comes
+            if latency > s.target_s or out_then + 1 >= self.limit / 2:
+                self._moved(latency, max(out_then + 1, out_now))
         expired = (self.slots[:, TAKEN] > 0) & ~back & (now - self.slots[:, AT] > s.ttl_s)
         if expired.any():
             self._decrease(now)
