@@ -308,7 +308,7 @@ class KycClient:
         ``challenge`` (the number of moves and the first one) is there to show; then
         ``push(frame)`` each frame, ``poll()`` the replies (progress: the next move once
         one is done, and the words to show), ``end(frame)`` for the verdict. Close it
-        (``with``)."""
+        (``with``): a capture closed without END ends its session on the server."""
         capture = LivenessCapture(self.url, sequence_id, self.timeout_s, client_id,
                                   customer_id)
         try:

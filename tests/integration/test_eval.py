@@ -123,6 +123,7 @@ def test_liveness_measures_apcer_per_attack_species_and_bpcer_on_real_video(
                          "--report", str(tmp_path / "liveness.md"))
 
     figures = result["versions"]["1"]
+    assert figures["errors"] == []
     assert set(result["bona_fide_sources"]) == {"woman_turning", "man_in_car"}
     assert figures["bona_fide"] >= 2
     assert set(figures["apcer_by_type"]) == set(SPECIES)

@@ -22,7 +22,7 @@ from kyc.liveness.client import LivenessReply, frame_input, perform_session
 from kyc.liveness.synthetic import encode
 from kyc.liveness.token import TokenError, TokenSealer, load_key
 from kyc.runtime.server import is_ready
-from kyc_testing import Person, live_session, perform_on, play_moves
+from kyc_testing import Person, live_session, metric_sum, perform_on, play_moves, scrape
 
 pytestmark = pytest.mark.integration
 
@@ -152,6 +152,7 @@ def test_twenty_starts_from_one_client_neither_show_nor_choose_a_whole_challenge
     from kyc.client import KycClient, KycError
 
     seen, refused = [], 0
+    live_before = metric_sum(scrape(server), "kyc_liveness_sessions_live")
     with KycClient(server.options.grpc_url) as sdk:
         for _ in range(20):
             try:
@@ -172,6 +173,8 @@ def test_twenty_starts_from_one_client_neither_show_nor_choose_a_whole_challenge
             except KycError as exc:
                 assert "too many liveness sessions" in str(exc)
         assert customer <= 6  # 5, rounded up to the two instances' shares of 3
+    # each capture closed without END ended its session: none is left for eviction
+    assert metric_sum(scrape(server), "kyc_liveness_sessions_live") <= live_before
 
 
 def test_an_altered_or_expired_token_is_refused(server, person_a, sealer):

@@ -75,6 +75,10 @@ def verdicts(samples: Sequence[LivenessSample], outcomes: dict[str, dict[str, An
                          **{k: outcomes[s.name][k] for k in ("reasons", "error")
                             if outcomes[s.name].get(k)}}
                         for s in samples if outcomes[s.name]["live"] != s.bona_fide]
+    # a session that failed is not an attack stopped: what failed is said
+    figures["errors"] = [{"sequence": s.name, "label": s.label,
+                          "error": outcomes[s.name]["error"]}
+                         for s in samples if outcomes[s.name].get("error")]
     return figures
 
 

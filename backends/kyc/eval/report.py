@@ -170,6 +170,9 @@ def _liveness_lines(result: dict, versions: dict, names: list[str]) -> list[str]
         for label, reasons in v["reasons_by_label"].items():
             out.append(f"- version {version}, `{label}`: "
                        + ", ".join(f"{r} {n}" for r, n in reasons.items()))
+        for failed in v.get("errors", []):
+            out.append(f"- version {version}, `{failed['sequence']}` failed: "
+                       f"{failed['error']}")
     return [*out, ""]
 
 

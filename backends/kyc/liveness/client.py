@@ -15,6 +15,7 @@ repository, ``kyc serve`` keeps the old one loaded until its sessions are over
 from __future__ import annotations
 
 import json
+import logging
 import queue
 import time
 import uuid
@@ -24,8 +25,11 @@ from typing import Any
 
 import numpy as np
 
+log = logging.getLogger(__name__)
+
 MODEL = "liveness_sequence"
 TIMEOUT_S = 60.0
+CLOSE_WAIT_S = 5.0  # a closing capture waits this long for its session's END
 # Recorded or rendered frames are sent at a camera's pace, not as fast as the server
 # answers: a session must last the model's min_duration_s (1 s shipped), which a burst
 # of frames from a fast server does not (a film of 21 frames at 15 per second: 1.4 s).
@@ -163,6 +167,7 @@ class LivenessCapture:
         self._stream = LivenessStream(url)
         self._pending = 0  # requests sent whose reply has not been taken from the stream
         self._ready: list[LivenessReply | Exception] = []  # taken, not yet polled
+        self._ended = False
 
     @property
     def challenge(self) -> dict:
@@ -211,6 +216,7 @@ class LivenessCapture:
         """Send ``frame`` (may be empty) with END and wait for the verdict; the replies of
         earlier frames that come meanwhile stay for :meth:`poll`."""
         self._send(frame, end=True)
+        self._ended = True
         while self._pending:
             self._take(self._stream.receive(self.timeout_s))
             self._pending -= 1
@@ -227,6 +233,15 @@ class LivenessCapture:
         self._pending += 1
 
     def close(self) -> None:
+        """Close the stream; a session started and not ended is ended first (an empty
+        END, its verdict unread), so the server frees it at once rather than when it
+        has been idle for ``idle_ttl_s``. The stream's close waits for that END."""
+        if self.started is not None and not self._ended:
+            self._ended = True
+            try:
+                self._send(b"", end=True)
+            except Exception:  # the stream already broke: the server evicts it idle
+                log.debug("liveness capture: END on close not sent", exc_info=True)
         self._stream.close()
 
     def __enter__(self) -> LivenessCapture:
@@ -353,9 +368,18 @@ class AsyncLivenessCapture:
         return last
 
     async def close(self) -> None:
+        """As :meth:`LivenessCapture.close`: a session not ended is ended first."""
+        import asyncio
+
         if self._pump is not None and not self._pump.done():
+            if self.started is not None and not self._ended:
+                self._ended = True
+                await self._requests.put(self._request(b"", end=True))
             await self._requests.put(None)
-            self._pump.cancel()
+            try:
+                await asyncio.wait_for(asyncio.shield(self._pump), CLOSE_WAIT_S)
+            except Exception:  # no END's answer in time, or the stream broke
+                self._pump.cancel()
         await self._client.close()
 
     async def __aenter__(self) -> AsyncLivenessCapture:
