@@ -168,6 +168,17 @@ def test_each_failed_check_says_why(change, reason):
     assert not verdict.is_live and reason in verdict.reasons
 
 
+def test_a_relief_that_cannot_be_measured_fails_its_check_and_nothing_else():
+    session, ended = session_of(LIVE)
+
+    def broken(_session):
+        raise np.linalg.LinAlgError("Singular matrix")
+
+    for relief_of in (broken, lambda _s: float("nan")):
+        verdict = judge(session, SETTINGS, ended, THRESHOLD, relief_of)
+        assert not verdict.is_live and verdict.reasons == ["face_looks_flat"]
+
+
 def test_another_face_halfway_is_a_changed_face():
     a, b = unit(1), unit(2)
     people = [near(a, k) for k in range(10)] + [near(b, k) for k in range(10, len(LIVE))]

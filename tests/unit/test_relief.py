@@ -13,7 +13,7 @@ from PIL import Image
 
 from kyc.assets.fetch import fetch_test_data, fetch_test_photos
 from kyc.face.mesh import MeshError, load_face_mesh
-from kyc.liveness.relief import SIDE, face_view, relief, shipped_depth
+from kyc.liveness.relief import SIDE, FaceView, face_view, relief, shipped_depth
 from kyc.liveness.synthetic import HeadModel, cylinder_warp, load_mesh
 
 # Five points of a face in a 640 x 480 frame (eyes, nose tip, mouth corners).
@@ -122,3 +122,10 @@ def test_a_view_is_a_grey_canonical_square_with_the_eyes_level(photo):
 def test_the_mesh_fetch_is_pinned():
     paths = fetch_test_data("face_mesh")
     assert paths["mesh"].stat().st_size == 19376 and "Apache" in paths["NOTICE"].read_text()
+
+
+def test_a_view_no_flow_can_be_read_from_gives_nan_and_the_session_fails_the_check():
+    good = FaceView(np.full((SIDE, SIDE), 128, np.uint8),
+                    np.array([[56.0, 60], [104, 60], [80, 85], [62, 110], [98, 110]]))
+    for points in (np.full((5, 2), np.nan), np.full((5, 2), 80.0), good.points * 1e6):
+        assert math.isnan(relief(good, FaceView(good.crop, points), 0, 20.0))

@@ -137,6 +137,14 @@ def shipped_depth() -> np.ndarray:
     return depth
 
 
+def _measurable(view: FaceView) -> bool:
+    """The view's five points are finite and inside the square (landmarks of a face
+    seen edge-on, or all at one point, make a view no flow can be read from)."""
+    points = view.points
+    return bool(np.isfinite(points).all() and (points >= 0).all() and (points < SIDE).all()
+                and np.linalg.norm(points[1] - points[0]) >= 1.0)
+
+
 def _face_mask(points: np.ndarray, depth: np.ndarray) -> np.ndarray:
     """The inner face of a canonical view: an ellipse about the eyes and mouth, brow
     to chin and cheek to cheek, where the template has a depth."""
@@ -192,6 +200,8 @@ def relief_coefficient(base: FaceView, turned: FaceView, axis: int,
     """``k`` of the module docstring: the depth template's share of the flow from
     ``base`` to ``turned`` on ``axis`` (0: horizontal, a yaw; 1: vertical, a pitch)."""
     depth = shipped_depth() if depth is None else depth
+    if not (_measurable(base) and _measurable(turned)):
+        return math.nan
     to_base = np.linalg.lstsq(np.hstack([turned.points, np.ones((5, 1))]), base.points,
                               rcond=None)[0].T
     aligned = cv2.warpAffine(turned.crop, to_base, (SIDE, SIDE), flags=cv2.INTER_LINEAR,
@@ -209,7 +219,9 @@ def relief_coefficient(base: FaceView, turned: FaceView, axis: int,
 def relief(base: FaceView, turned: FaceView, axis: int, turn_deg: float,
            depth: np.ndarray | None = None) -> float:
     """The relief ratio of the module docstring for a turn of ``turn_deg`` degrees on
-    ``axis`` (signed as head_pose reports it); 0 for a turn under one degree."""
+    ``axis`` (signed as head_pose reports it); 0 for a turn under one degree;
+    NaN where a view cannot be read (the check then fails: it is never passed for
+    want of a measure)."""
     if abs(turn_deg) < 1.0:
         return 0.0
     k = relief_coefficient(base, turned, axis, depth)

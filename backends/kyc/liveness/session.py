@@ -52,10 +52,12 @@ single-face frames; IS_LIVE needs every check to pass, whatever the score.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import cv2
 import numpy as np
 
 from kyc.liveness.challenge import (
@@ -70,6 +72,9 @@ from kyc.liveness.challenge import (
     yaw_moves,
 )
 from kyc.liveness.relief import FaceView, relief
+from kyc.pipeline.triton import where_raised
+
+log = logging.getLogger(__name__)
 
 PAD_NOT_CONFIGURED = "not_configured"
 
@@ -286,7 +291,21 @@ class Session:
         base = self.base_view
         ratios = [relief(base.view, turn.view, YAW, turn.pose[0] - base.pose[0])
                   for kept in self.turn_views.values() for turn in kept]
-        return float(np.median(ratios)) if ratios else None
+        if not ratios:
+            return None
+        read = [r for r in ratios if math.isfinite(r)]  # a view that cannot be read
+        return float(np.median(read)) if read else math.nan
+
+
+def _measured(relief_of: Callable[[Session], float | None], session: Session) -> float | None:
+    """The session's relief ratio; NaN (the check fails, it is never passed for want of
+    a measure) when measuring it failed: one session's views never fail the batch."""
+    try:
+        return relief_of(session)
+    except (ArithmeticError, ValueError, np.linalg.LinAlgError, cv2.error) as exc:
+        log.warning("liveness: the relief could not be measured: %s%s",
+                    type(exc).__name__, where_raised(exc))
+        return math.nan
 
 
 @dataclass(frozen=True)
@@ -335,7 +354,7 @@ def judge(session: Session, settings: LivenessSettings, ended: float,
     duration = ended - session.started
     checks: dict = {"challenge": list(found_events) == list(session.challenge)}
     if settings.min_relief > 0:
-        ratio = relief_of(session)
+        ratio = _measured(relief_of, session)
         checks["relief"] = ratio is not None and math.isfinite(ratio) \
             and ratio >= settings.min_relief
     else:
