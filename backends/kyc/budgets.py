@@ -50,8 +50,11 @@ BUDGETS_MS: Mapping[str, float] = {
 }
 QUEUE_SHARE = 0.3
 # Admission control (kyc.intake.admission): the mean latency of admitted requests is
-# held at this share of their entry's budget, which leaves their tail inside it.
-ADMISSION_TARGET_SHARE = 0.5
+# held at this share of their entry's budget, which leaves their tail inside it. At 0.5
+# the slowest of 16-20 customers admitted at 3x capacity took 5.6-7.8 s of the 8 s on a
+# quiet 2-core VM and 9.3 s with another process on its cores (the limit moves by one
+# customer a round trip around a small limit): 0.4 leaves that margin.
+ADMISSION_TARGET_SHARE = 0.4
 # The budget of each entry under admission control. A document read alone
 # (document_ocr) has the product's SLA too: held to the OCR step's 1 s, its target
 # (0.5 s) sat on a 2-core CPU's unloaded latency (0.3-0.4 s a page), and a burst of 8
