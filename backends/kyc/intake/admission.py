@@ -23,13 +23,13 @@ inside the target (the tickets out over its latency, times the target). A custom
 over the target cuts the limit to that estimate; one under it, while the limit was in
 use (at least half of it out when the customer came: idle traffic does not inflate
 it), raises it by 1 while it came in half the target and the estimate leaves room,
-else by 1/limit; an expired ticket
-cuts it by ``decrease`` at most once per half a target. It starts at ``initial_limit``
-(4): a crowd on a fresh server is not admitted far past what the server finishes
-inside the SLA (at 8, measured on a 2-core VM, the first eight took 10-17 s). The target
-is a share of the entry's budget (``kyc.budgets.ADMISSION_TARGET_SHARE``): the mean
-latency of admitted customers kept there leaves their tail inside it. So the limit
-settles near capacity x target (Little's law) on any hardware. A request
+else by 1/limit; an expired ticket cuts it by ``decrease`` at most once per half a
+target. It starts at ``initial_limit`` (4): a crowd on a fresh server is not admitted
+far past what the server finishes inside the SLA (at 8, measured on a 2-core VM, the
+first eight took 10-17 s). The target is a share of the entry's budget
+(``kyc.budgets.ADMISSION_TARGET_SHARE``): the mean latency of admitted customers kept
+there leaves their tail inside it. So the limit settles near capacity x target
+(Little's law) on any hardware. A request
 that finds nothing in flight is always taken, whatever its number of customers and
 the limit: sequential customers are never refused.
 

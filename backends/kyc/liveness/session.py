@@ -72,7 +72,7 @@ from kyc.liveness.challenge import (
     yaw_moves,
 )
 from kyc.liveness.relief import FaceView, relief
-from kyc.pipeline.triton import where_raised
+from kyc.pipeline.step import where_raised
 
 log = logging.getLogger(__name__)
 

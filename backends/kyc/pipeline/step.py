@@ -18,6 +18,7 @@ reported by its type only, because its text or traceback may quote personal data
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -201,3 +202,13 @@ def text_tensor(values: Sequence[bytes | str]) -> np.ndarray:
     """A TYPE_STRING tensor of shape [len(values), 1]."""
     return np.array([[v if isinstance(v, bytes) else v.encode()] for v in values],
                     dtype=np.object_)
+
+
+def where_raised(error: BaseException) -> str:
+    """`` (file:line in function)`` of the innermost frame that raised ``error``: a
+    place, never values; empty for an exception returned without being raised."""
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return ""
+    last = frames[-1]
+    return f" ({Path(last.filename).name}:{last.lineno} in {last.name})"

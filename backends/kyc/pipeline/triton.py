@@ -22,7 +22,6 @@ import importlib
 import json
 import logging
 import time
-import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ from kyc.pipeline.step import (
     StepError,
     StepFactory,
     UnavailableError,
+    where_raised,
 )
 
 log = logging.getLogger(__name__)
@@ -82,16 +82,6 @@ def public_message(model: str, error: Exception) -> str:
     if isinstance(error, (RequestError, UnavailableError, StepError)):
         return str(error)
     return f"{model} failed: {type(error).__name__}"
-
-
-def where_raised(error: BaseException) -> str:
-    """`` (file:line in function)`` of the innermost frame that raised ``error``: a
-    place, never values; empty for an exception returned without being raised."""
-    frames = traceback.extract_tb(error.__traceback__)
-    if not frames:
-        return ""
-    last = frames[-1]
-    return f" ({Path(last.filename).name}:{last.lineno} in {last.name})"
 
 
 def error_response(model: str, error: Exception) -> Any:
