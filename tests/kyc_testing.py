@@ -18,7 +18,12 @@ from onnx import TensorProto, helper
 
 from kyc.client import DEFAULT_RETRY
 from kyc.liveness.client import MOVE_TRIES, LivenessReply, frame_input
-from kyc.runtime.server import ServerError, ServerOptions, TritonServer, free_port
+from kyc.runtime.server import (  # noqa: F401 (re-exported)
+    ServerError,
+    ServerOptions,
+    TritonServer,
+    free_port,
+)
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SHIPPED_REPOSITORY = PROJECT_ROOT / "model_repository"
@@ -146,17 +151,7 @@ def require_weights() -> None:
 
 
 def start_server(repository: Path, log_file: Path, **options) -> TritonServer:
-    server = TritonServer(
-        ServerOptions(
-            repository,
-            http_port=free_port(),
-            grpc_port=free_port(),
-            metrics_port=free_port(),
-            address="127.0.0.1",
-            **options,
-        ),
-        log_file=log_file,
-    )
+    server = TritonServer(ServerOptions.on_free_ports(repository, **options), log_file=log_file)
     server.start()
     try:
         server.wait_ready(timeout=180)

@@ -80,8 +80,7 @@ def http(url: str, method: str = "GET", key: str | None = None) -> int:
 def running(*docker_options: str) -> Iterator[SimpleNamespace]:
     """A container of the image on free loopback ports, with the keys production needs,
     as the README runs it (plus ``docker_options``); removed on exit."""
-    options = ServerOptions(Path("/models"), http_port=free_port(), grpc_port=free_port(),
-                            metrics_port=free_port(), address="127.0.0.1")
+    options = ServerOptions.on_free_ports(Path("/models"))
     admin_key = secrets.token_urlsafe(24)
     status_port = free_port()
     name = f"kyc-test-{uuid.uuid4().hex[:8]}"

@@ -22,7 +22,7 @@ from tritonclient.utils import InferenceServerException
 
 from kyc.liveness.token import create_key_file
 from kyc.runtime.procs import children, is_running, stub_instance
-from kyc.runtime.server import SHM_DIR, free_port, is_ready
+from kyc.runtime.server import SHM_DIR, free_port, free_ports, is_ready
 from kyc_testing import build_tiny_repository, write_echo_version
 
 pytestmark = pytest.mark.integration
@@ -33,8 +33,7 @@ KYC = [sys.executable, "-m", "kyc.cli"]
 class ServeProcess:
     def __init__(self, repository: Path, tmp_path: Path, *extra: str,
                  env: dict[str, str] | None = None) -> None:
-        self.ports = {"http": free_port(), "grpc": free_port(), "metrics": free_port(),
-                      "status": free_port()}
+        self.ports = dict(zip(("http", "grpc", "metrics", "status"), free_ports(4), strict=True))
         self.log = tmp_path / "serve.log"
         self.proc = subprocess.Popen(
             [*KYC, "serve", "--model-repository", str(repository),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from kyc.runtime.server import (
     ServerOptions,
     TritonServer,
+    free_ports,
     production_problems,
     remove_shm_regions,
     remove_stale_live_copies,
@@ -184,3 +186,17 @@ def test_live_copies_of_dead_launchers_are_removed_and_others_kept(tmp_path):
     assert remove_stale_live_copies(tmp_path) == [f"kyc-live-{dead}-abc"]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["kyc-live-abc", f"kyc-live-{live}-abc", "other"])
+
+
+def test_free_ports_are_distinct_and_bindable():
+    ports = free_ports(16)
+    assert len(set(ports)) == 16  # one at a time, the kernel may repeat one
+    for port in ports:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))
+
+
+def test_options_on_free_ports_listen_on_loopback_only(tmp_path):
+    options = ServerOptions.on_free_ports(tmp_path, model_control="explicit")
+    assert options.address == "127.0.0.1" and options.model_control == "explicit"
+    assert len({options.http_port, options.grpc_port, options.metrics_port}) == 3

@@ -55,7 +55,7 @@ from kyc.budgets import queue_against_budget
 from kyc.repo.config import load_config
 from kyc.repo.publish import precompile_python_models
 from kyc.runtime.procs import children, stub_instance
-from kyc.runtime.server import ServerError, ServerOptions, TritonServer, free_port
+from kyc.runtime.server import ServerError, ServerOptions, TritonServer
 
 log = logging.getLogger(__name__)
 
@@ -807,9 +807,7 @@ def process_memory(pid: int) -> dict[str, Any]:
 def running_server(repository: Path, log_file: Path) -> Iterator[TritonServer]:
     """A real server on free local ports over ``repository``, in explicit model-control
     mode (every model loaded at start) so that variants can be loaded; stopped on exit."""
-    options = ServerOptions(repository, http_port=free_port(), grpc_port=free_port(),
-                            metrics_port=free_port(), address="127.0.0.1",
-                            model_control="explicit")
+    options = ServerOptions.on_free_ports(repository, model_control="explicit")
     server = TritonServer(options, log_file=log_file)
     try:
         server.start()

@@ -272,7 +272,7 @@ def run(repository: Path, models: Sequence[str], search: Search, out: Path, *,
         apply_choice: bool = False, timeout_s: float = 3600.0,
         keep_work: Path | None = None) -> list[ModelResult]:
     """Profile ``models`` with Model Analyzer; reports under ``out``; returns the results."""
-    from kyc.runtime.server import free_port
+    from kyc.runtime.server import free_ports
 
     repository = repository.resolve()
     for model in models:
@@ -283,7 +283,7 @@ def run(repository: Path, models: Sequence[str], search: Search, out: Path, *,
     try:
         config = analyzer_config(repository, models, search, work,
                                  server_settings(work / "backends"),
-                                 (free_port(), free_port(), free_port()))
+                                 tuple(free_ports(3)))
         config_file = work / "model-analyzer.yaml"
         config_file.write_text(_yaml(config))
         log_file = work / "model-analyzer.log"

@@ -28,7 +28,7 @@ from typing import Any
 
 from kyc.repo.config import load_config, model_parameters
 from kyc.repo.graph import BLS, build_graph
-from kyc.runtime.server import ServerError, ServerOptions, TritonServer, free_port
+from kyc.runtime.server import ServerError, ServerOptions, TritonServer
 
 log = logging.getLogger(__name__)
 
@@ -146,9 +146,8 @@ class EvalServer:
         tmp = Path(self._tmp.name)
         self.view = write_view(self.repository, tmp / "models", model, version, parameters)
         self.log_file = tmp / "tritonserver.log"
-        options = ServerOptions(self.view, http_port=free_port(), grpc_port=free_port(),
-                                metrics_port=free_port(), address="127.0.0.1",
-                                model_control="explicit", load_models=tuple(self.models))
+        options = ServerOptions.on_free_ports(self.view, model_control="explicit",
+                                              load_models=tuple(self.models))
         self.server = TritonServer(options, log_file=self.log_file)
 
     @property

@@ -147,6 +147,13 @@ class ServerOptions:
     live_dir: Path | None = None  # where the live copy goes (default: the temp folder)
     status_port: int = 0  # the watcher's /metrics and /status (0: a free port)
 
+    @classmethod
+    def on_free_ports(cls, model_repository: Path, **options) -> ServerOptions:
+        """Loopback-only options on three distinct free ports (tests, bench, eval)."""
+        http, grpc, metrics = free_ports(3)
+        return cls(model_repository, http_port=http, grpc_port=grpc, metrics_port=metrics,
+                   address="127.0.0.1", **options)
+
     @property
     def watching(self) -> bool:
         return self.watch and self.model_control == "poll"
@@ -175,9 +182,22 @@ class ServerOptions:
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that is free right now on ``host``."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1, host)[0]
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct TCP ports free right now on ``host``.
+
+    The sockets stay bound until all are picked: one at a time, the kernel may hand
+    the same port out twice (CI once gave gRPC and metrics the same one, and the
+    server refused to start).
+    """
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+                 for _ in range(count)]
+        for sock in socks:
+            sock.bind((host, 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
 
 
 def _stop_with_parent() -> None:
