@@ -67,6 +67,7 @@ ADMISSION_BUDGET_MS: Mapping[str, float] = {
 # model -> the step whose budget bounds it
 STEP_OF: Mapping[str, str] = {
     "liveness_sequence": "liveness",
+    "face_landmarks": "liveness",  # the head pose of each liveness frame
     "kyc_intake": "intake",
     "face_preprocess": "face_match",
     "face_detector": "face_match",

@@ -85,8 +85,8 @@ def add_models_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     _add_antispoof_parser(actions)
     _add_antifraud_parser(actions)
     depth = actions.add_parser(
-        "face-depth", help="make (or --check) the relief check's depth template from the "
-        "pinned canonical face mesh")
+        "face-depth", help="make (or --check) the relief check's depth template and the "
+        "canonical face (head pose) from the pinned canonical face mesh")
     depth.add_argument("--out", type=Path, metavar="FILE",
                        help="where to write it (default: the package's face_depth.npy)")
     depth.add_argument("--check", action="store_true",
@@ -267,8 +267,13 @@ def _face_depth(args: argparse.Namespace) -> int:
     if args.check:
         face_depth.check(args.out)
         _progress(f"{args.out or face_depth.shipped_path()}: as the pinned mesh gives it")
+        if args.out is None:
+            face_depth.check_face()
+            _progress(f"{face_depth.shipped_face_path()}: as the pinned mesh gives it")
     else:
         _progress(f"wrote {face_depth.write(args.out)}")
+        if args.out is None:
+            _progress(f"wrote {face_depth.shipped_face_path()}")
     return 0
 
 

@@ -36,6 +36,7 @@ from .graph import (
     set_metadata,
     tensor_info,
 )
+from .tflite_onnx import tflite_to_onnx
 
 # Bump whenever a converter's output changes: installed models with an older value
 # in their metadata are reconverted by `kyc models fetch`.
@@ -329,6 +330,46 @@ def _last_dim(model: onnx.ModelProto, output: str) -> int | None:
     return None
 
 
+# --------------------------------------------------------------------------- face_landmarks
+
+MESH_POINTS = 468
+LANDMARK_SIDE = 192
+
+
+def _tflite_outputs(model: onnx.ModelProto) -> dict[int, str]:
+    """The raw graph's outputs by their last dimension (1404 landmarks, 1 face flag)."""
+    return {o.type.tensor_type.shape.dim[-1].dim_value: o.name for o in model.graph.output}
+
+
+def convert_face_landmarks(tflite_bytes: bytes) -> tuple[onnx.ModelProto, onnx.ModelProto]:
+    """MediaPipe's face landmark model: ``FACE uint8 [N,192,192,3]`` RGB (the face's
+    region of interest, upright) -> ``MESH [N,468,3]`` (x, y in the crop's pixels, z
+    relative depth at the same scale) and ``PRESENCE [N,1]`` (the probability that a
+    face fills the crop: its logit, sigmoided as MediaPipe does). Returns the served
+    model and the raw conversion (float NHWC in [0, 1]), which the parity check runs."""
+    raw = tflite_to_onnx(tflite_bytes, "face_landmarks")
+    outs = _tflite_outputs(raw)
+    if sorted(outs) != [1, 3 * MESH_POINTS]:
+        raise ConversionError(
+            f"face_landmarks: outputs of sizes {sorted(outs)}, expected 1 and 1404")
+    model = onnx.ModelProto()
+    model.CopyFrom(raw)
+    pre = [helper.make_node("Cast", ["FACE"], ["kyc_pre/float"], to=TensorProto.FLOAT),
+           helper.make_node("Mul", ["kyc_pre/float", "kyc_pre/scale"], ["input_nhwc"])]
+    replace_input(model, "input_nhwc",
+                  tensor_info("FACE", TensorProto.UINT8, ["N", LANDMARK_SIDE, LANDMARK_SIDE, 3]),
+                  pre, [const("kyc_pre/scale", 1 / 255, np.float32)])
+    post = [helper.make_node("Reshape", [outs[3 * MESH_POINTS], "kyc_post/mesh_shape"], ["MESH"]),
+            helper.make_node("Sigmoid", [outs[1]], ["kyc_post/presence"]),
+            helper.make_node("Reshape", ["kyc_post/presence", "kyc_post/flag_shape"], ["PRESENCE"])]
+    replace_outputs(model, [tensor_info("MESH", TensorProto.FLOAT, ["N", MESH_POINTS, 3]),
+                            tensor_info("PRESENCE", TensorProto.FLOAT, ["N", 1])],
+                    nodes=post,
+                    initializers=[const("kyc_post/mesh_shape", [-1, MESH_POINTS, 3], np.int64),
+                                  const("kyc_post/flag_shape", [-1, 1], np.int64)])
+    return finish_model(model, "face_landmarks"), raw
+
+
 # --------------------------------------------------------------------------- registry
 
 MembersConverter = Callable[[Mapping[str, bytes]], Converted]
@@ -368,7 +409,13 @@ def _recipe_ocr_rec(members: Mapping[str, bytes]) -> Converted:
     )
 
 
+def _recipe_face_landmarks(members: Mapping[str, bytes]) -> Converted:
+    model, raw = convert_face_landmarks(members["model"])
+    return Converted(model, raw, summary="TFLite -> ONNX, float16 weights to float32, bake /255")
+
+
 CONVERTERS: dict[str, MembersConverter] = {
+    "face_landmarks": _recipe_face_landmarks,
     "face_detector": _recipe_face_detector,
     "face_embedding": _recipe_face_embedding,
     "ocr_det": _recipe_ocr_det,

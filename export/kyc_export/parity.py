@@ -37,6 +37,8 @@ TOLERANCES: dict[str, dict[str, float]] = {
     "face_embedding": {"EMBEDDING": 1e-4, "batch": 1e-4},
     "ocr_det": {"PROB_MAP": 1e-4, "logits": 1e-3, "batch": 1e-4},
     "ocr_rec": {"PROBS": 1e-4, "logits": 1e-3, "batch": 1e-4},
+    # MESH is in the crop's pixels (0..192)
+    "face_landmarks": {"MESH": 1e-3, "PRESENCE": 1e-5, "batch": 1e-3},
 }
 
 
@@ -136,6 +138,19 @@ def served_ocr_rec(raw: Outputs) -> Outputs:
     return {"PROBS": raw["softmax_2.tmp_0"]}
 
 
+def feeds_face_landmarks(images: np.ndarray) -> dict[str, np.ndarray]:
+    """MediaPipe's face landmark graph: RGB scaled to [0, 1], NHWC (the raw conversion of
+    the TFLite model, kyc_export.tflite_onnx)."""
+    return {"input_nhwc": images.astype(np.float32) / 255}
+
+
+def served_face_landmarks(raw: Outputs) -> Outputs:
+    by_size = {value.shape[-1]: value for value in raw.values()}
+    flag = by_size[1].reshape(-1, 1).astype(np.float64)
+    return {"MESH": by_size[1404].reshape(-1, 468, 3),
+            "PRESENCE": (1 / (1 + np.exp(-flag))).astype(np.float32)}
+
+
 # --------------------------------------------------------------------------- probes
 
 
@@ -183,6 +198,7 @@ CASES: dict[str, Case] = {
     ),
     "ocr_det": Case(feeds_ocr_det, served_ocr_det, (2, 96, 128), "sigmoid_0.tmp_0"),
     "ocr_rec": Case(feeds_ocr_rec, served_ocr_rec, (2, 48, 160), "softmax_2.tmp_0"),
+    "face_landmarks": Case(feeds_face_landmarks, served_face_landmarks, (2, 192, 192)),
 }
 
 

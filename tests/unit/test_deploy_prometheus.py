@@ -104,7 +104,7 @@ def test_the_scrape_config_passes_promtool_with_static_targets_in_place_of_kuber
 def test_every_model_has_a_not_ready_alert_and_a_budget_where_kyc_budgets_gives_one():
     models = served_models(SHIPPED_REPOSITORY)
     not_ready = {r["labels"]["model"] for r in rules() if r.get("alert") == "KycModelNotReady"}
-    assert not_ready == {m.name for m in models} and len(models) == 14
+    assert not_ready == {m.name for m in models} and len(models) == 15
     (budget,) = [r["expr"] for r in rules() if r.get("record") == "kyc:queue_budget_us"]
     found = re.findall(r'vector\((\d+)\), "model", "(\w+)"', budget)
     assert {model: int(value) for value, model in found} == {

@@ -274,7 +274,7 @@ def test_a_frame_without_a_plausible_pose_is_no_move_and_is_counted():
 def test_each_move_is_told_only_once_the_one_before_it_is_done_in_words_not_angles():
     session = Session(("left", "right", "left"), 0.0, 0.0)
     told = []
-    for k, yaw in enumerate([0.0] * 3 + [8.0] + [25.0] * 3 + [0.0] * 3 + [-25.0] * 3):
+    for k, yaw in enumerate([0.0] * 3 + [6.0] + [25.0] * 3 + [0.0] * 3 + [-25.0] * 3):
         session.add(Frame(True, 1, (yaw, 0.0, 0.0), 500.0, unit(1)), k * 0.1, SETTINGS)
         told.append((session.progress(SETTINGS)["next"], session.progress(SETTINGS)["guidance"]))
     assert told[2] == ("left", MOVE_SPECS["left"].instruction)
@@ -446,3 +446,34 @@ def test_the_shipped_config_sets_every_setting_and_bounds_idle_time_for_humans()
     assert 10 <= idle_s <= settings.idle_ttl_s <= 300
     assert config.sequence_batching.HasField("oldest")
     assert settings.antispoof_model == ""  # no trained weights are shipped
+
+
+def test_the_relief_is_read_over_the_larger_turn_on_the_head_poses_side(monkeypatch):
+    import kyc.liveness.session as session_module
+
+    divisors = []
+    monkeypatch.setattr(session_module, "relief",
+                        lambda base, turn, axis, degrees: divisors.append(degrees) or 0.5)
+    base = session_module.TurnView(0.0, (2.0, 0.0, 0.0), "base", five_yaw=1.0)
+    curved = session_module.TurnView(8.0, (10.0, 0.0, 0.0), "turn", five_yaw=21.0)
+    tilted = session_module.TurnView(12.0, (-10.0, 0.0, 0.0), "turn", five_yaw=4.0)
+    unread = session_module.TurnView(9.0, (11.0, 0.0, 0.0), "turn", five_yaw=float("nan"))
+    assert [session_module._relief(base, t) for t in (curved, tilted, unread)] == [0.5, 0.5, 0.0]
+    assert divisors == [20.0, -12.0]  # the five points' 20; the pose's 12, on its side
+
+
+def test_every_baseline_view_is_paired_with_every_turned_view(monkeypatch):
+    import kyc.liveness.session as session_module
+
+    pairs = []
+    monkeypatch.setattr(session_module, "relief",
+                        lambda base, turn, axis, degrees: pairs.append((base, turn)) or 0.3)
+    session = Session(("left", "right"), 0.0, 0.0)
+    for k, yaw in enumerate([0.0, 0.5, -0.5] + [20.0] * 3 + [0.0] * 2 + [-20.0] * 3):
+        session.add(Frame(True, 1, (yaw, 0.0, 0.0), 500.0, unit(1), five_yaw=yaw * 1.5),
+                    k * 0.1, SETTINGS, view=object())
+    assert len(session.base_views) == SETTINGS.baseline_frames
+    kept = sum(len(v) for v in session.turn_views.values())
+    assert kept == 2 * SETTINGS.relief_views
+    assert session.relief_score() == 0.3
+    assert len(pairs) == SETTINGS.baseline_frames * kept

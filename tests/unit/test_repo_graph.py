@@ -197,6 +197,7 @@ def test_bls_and_settings_edges_follow_the_model_parameters(graph):
         ("liveness_sequence", face["detector_model"], BLS, "face_model.detector_model"),
         ("liveness_sequence", face["limits_model"], SETTINGS, "face_model.limits_model"),
         ("liveness_sequence", live["embedding_model"], BLS, "embedding_model"),
+        ("liveness_sequence", live["landmark_model"], BLS, "landmark_model"),
     }
     if live["antispoof_model"]:  # empty: passive PAD not configured, no edge
         expected.add(("liveness_sequence", live["antispoof_model"], BLS, "antispoof_model"))

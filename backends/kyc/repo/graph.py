@@ -100,6 +100,7 @@ USES: dict[str, dict[str, Use]] = {
     "kyc.liveness.step:LivenessStep": {
         "face_model": Use(SETTINGS, acts_as=FACE_STEP),
         "embedding_model": Use(BLS),  # and its match_threshold
+        "landmark_model": Use(BLS),
         "antispoof_model": Use(BLS),  # empty: passive PAD not configured
     },
 }

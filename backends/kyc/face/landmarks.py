@@ -1,0 +1,123 @@
+"""The head pose of a face from MediaPipe's 468 landmarks (the ``face_landmarks`` model).
+
+Five landmarks cannot tell a head tilted sideways from one turned: measured on the
+real clips of ``kyc eval liveness``, a woman tilting her head read as 12-15 degrees
+of turn from the five points, and as 4-8 from the 468, against 11 for her real turn
+(docs/eval/README.md). So the liveness session reads its moves from these.
+
+1. :func:`roi` cuts the face's region of interest from the five landmarks the
+   detector gives, as MediaPipe does from its own detector: a square about the
+   eyes' and mouth's midpoint, :data:`ROI_SPAN` times their distance, upright along
+   the eye line (measured: MediaPipe's own second-pass region is 3.9 times that
+   distance, median of 1,950 real frames);
+2. the model places the 468 points in that crop; :meth:`Roi.to_image` takes them
+   back to the frame;
+3. :func:`mesh_pose` fits MediaPipe's canonical face mesh (the same 468 vertices,
+   ``canonical_face.npy``) to them (OpenCV's solvePnP, a camera of long focal
+   length: a selfie's face is small against its distance) and reads yaw, pitch and
+   roll with :func:`kyc.face.quality.head_pose`'s signs: yaw > 0 towards the image's
+   right, pitch > 0 up, roll > 0 clockwise.
+
+Pure numpy and OpenCV; nothing here logs or keeps what it is given.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from importlib import resources
+
+import cv2
+import numpy as np
+
+from kyc.face.mesh import EYE_CORNERS, MOUTH_CORNERS, NOSE_TIP
+
+SIDE = 192  # the model's input square
+ROI_SPAN = 3.9  # the crop's side over the eye-to-mouth distance
+MESH_FILE = "canonical_face.npy"
+FOCAL_WIDTHS = 10.0  # the camera's focal length in image widths
+# Mesh (x right, y up, z to the camera) -> OpenCV's camera axes (y down, z away).
+_TO_CAMERA = np.diag([1.0, -1.0, -1.0])
+
+
+@dataclass(frozen=True)
+class Roi:
+    """Where a face's crop came from: ``matrix`` maps frame pixels to crop pixels."""
+
+    matrix: np.ndarray  # [2, 3]
+
+    def cut(self, pixels: np.ndarray) -> np.ndarray:
+        """The crop, uint8 RGB [SIDE, SIDE, 3] (black outside the frame)."""
+        return cv2.warpAffine(pixels, self.matrix, (SIDE, SIDE), flags=cv2.INTER_LINEAR,
+                              borderMode=cv2.BORDER_CONSTANT)
+
+    def to_image(self, points: np.ndarray) -> np.ndarray:
+        """[n, 2] crop pixels -> frame pixels."""
+        back = cv2.invertAffineTransform(self.matrix)
+        return np.asarray(points, np.float64)[:, :2] @ back[:, :2].T + back[:, 2]
+
+
+def roi(landmarks: np.ndarray) -> Roi:
+    """The region of interest of a face from its five landmarks (eyes, nose tip, mouth
+    corners, image left first)."""
+    five = np.asarray(landmarks, np.float64).reshape(5, 2)
+    eyes, mouth = five[:2].mean(axis=0), five[3:].mean(axis=0)
+    line = five[1] - five[0]
+    angle = math.atan2(line[1], line[0])
+    scale = SIDE / max(float(np.linalg.norm(mouth - eyes)) * ROI_SPAN, 1e-6)
+    c, s = math.cos(angle) * scale, math.sin(angle) * scale
+    matrix = np.array([[c, s, 0.0], [-s, c, 0.0]])
+    matrix[:, 2] = SIDE / 2 - matrix[:, :2] @ ((eyes + mouth) / 2)
+    return Roi(matrix)
+
+
+@functools.cache
+def canonical_face() -> np.ndarray:
+    """MediaPipe's canonical face mesh, [468, 3] float64 centimetres (kyc.face.mesh's
+    axes), shipped as ``canonical_face.npy`` (made and checked by ``kyc models
+    face-depth``, from the pinned mesh)."""
+    with resources.files("kyc.face").joinpath(MESH_FILE).open("rb") as f:
+        return np.load(f).astype(np.float64)
+
+
+def gap(landmarks: np.ndarray, points: np.ndarray) -> float:
+    """How far the detector's five landmarks are from the same points of the mesh (in
+    frame pixels), at most, in eye-to-mouth distances: the detector's error, mostly
+    (on a small face it jitters by several pixels from frame to frame, the mesh
+    less)."""
+    five = np.asarray(landmarks, np.float64).reshape(5, 2)
+    groups = [*EYE_CORNERS, (NOSE_TIP,), *((c,) for c in MOUTH_CORNERS)]
+    mesh = np.array([np.asarray(points)[list(g), :2].mean(axis=0) for g in groups])
+    span = float(np.linalg.norm(five[3:].mean(axis=0) - five[:2].mean(axis=0)))
+    return float(np.linalg.norm(mesh - five, axis=1).max() / max(span, 1e-6))
+
+
+def _facing(image: np.ndarray, camera: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The fit's start: the face facing the camera, at the distance its size gives. From
+    its own start the fit can land on the mirror solution behind the camera (measured
+    on the canonical face: every pose read with the wrong signs, roll 180 degrees)."""
+    faces = canonical_face()
+    scale = float(np.ptp(faces[:, 0])) / max(float(np.ptp(image[:, 0])), 1e-6)  # cm a pixel
+    off = (image.mean(axis=0) - camera[:2, 2]) * scale
+    rvec = np.array([[math.pi], [0.0], [0.0]])  # mesh y up, z to the camera -> camera axes
+    return rvec, np.array([[off[0]], [off[1]], [camera[0, 0] * scale]])
+
+
+def mesh_pose(points: np.ndarray, width: int, height: int) -> tuple[float, float, float]:
+    """(yaw, pitch, roll) in degrees of the 468 frame points [468, 2+] in a ``width`` x
+    ``height`` frame; NaN when the fit fails (the caller refuses it as implausible)."""
+    image = np.ascontiguousarray(np.asarray(points, np.float64)[:, :2])
+    if image.shape != (468, 2) or not np.all(np.isfinite(image)):
+        return (math.nan, math.nan, math.nan)
+    focal = FOCAL_WIDTHS * width
+    camera = np.array([[focal, 0, width / 2], [0, focal, height / 2], [0, 0, 1.0]])
+    ok, rvec, _ = cv2.solvePnP(canonical_face(), image, camera, None, *_facing(image, camera),
+                               useExtrinsicGuess=True, flags=cv2.SOLVEPNP_ITERATIVE)
+    if not ok:
+        return (math.nan, math.nan, math.nan)
+    head = _TO_CAMERA @ cv2.Rodrigues(rvec)[0]  # the head's rotation, mesh axes
+    yaw = math.degrees(math.atan2(head[0, 2], head[2, 2]))
+    pitch = math.degrees(math.asin(max(-1.0, min(1.0, head[1, 2]))))
+    roll = -math.degrees(math.atan2(head[1, 0], head[1, 1]))
+    return (yaw, pitch, roll)
