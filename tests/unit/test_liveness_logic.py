@@ -454,11 +454,13 @@ def test_the_relief_is_read_over_the_larger_turn_on_the_head_poses_side(monkeypa
     divisors = []
     monkeypatch.setattr(session_module, "relief",
                         lambda base, turn, axis, degrees: divisors.append(degrees) or 0.5)
-    base = session_module.TurnView(0.0, (2.0, 0.0, 0.0), "base", five_yaw=1.0)
-    curved = session_module.TurnView(8.0, (10.0, 0.0, 0.0), "turn", five_yaw=21.0)
-    tilted = session_module.TurnView(12.0, (-10.0, 0.0, 0.0), "turn", five_yaw=4.0)
-    unread = session_module.TurnView(9.0, (11.0, 0.0, 0.0), "turn", five_yaw=float("nan"))
-    assert [session_module._relief(base, t) for t in (curved, tilted, unread)] == [0.5, 0.5, 0.0]
+    base = session_module.TurnView(0.0, (2.0, 0.0, 0.0), "view")
+    curved = session_module.TurnView(8.0, (10.0, 0.0, 0.0), "view")
+    tilted = session_module.TurnView(12.0, (-10.0, 0.0, 0.0), "view")
+    unread = session_module.TurnView(9.0, (11.0, 0.0, 0.0), "view")
+    five = (20.0, 3.0, float("nan"))  # the five points' turns
+    assert [session_module._relief(base, t, f)
+            for t, f in zip((curved, tilted, unread), five, strict=True)] == [0.5, 0.5, 0.0]
     assert divisors == [20.0, -12.0]  # the five points' 20; the pose's 12, on its side
 
 
@@ -468,12 +470,25 @@ def test_every_baseline_view_is_paired_with_every_turned_view(monkeypatch):
     pairs = []
     monkeypatch.setattr(session_module, "relief",
                         lambda base, turn, axis, degrees: pairs.append((base, turn)) or 0.3)
+    monkeypatch.setattr(session_module, "five_yaw", lambda view: view)
     session = Session(("left", "right"), 0.0, 0.0)
     for k, yaw in enumerate([0.0, 0.5, -0.5] + [20.0] * 3 + [0.0] * 2 + [-20.0] * 3):
-        session.add(Frame(True, 1, (yaw, 0.0, 0.0), 500.0, unit(1), five_yaw=yaw * 1.5),
-                    k * 0.1, SETTINGS, view=object())
+        session.add(Frame(True, 1, (yaw, 0.0, 0.0), 500.0, unit(1)), k * 0.1, SETTINGS,
+                    view=yaw * 1.5)
     assert len(session.base_views) == SETTINGS.baseline_frames
     kept = sum(len(v) for v in session.turn_views.values())
     assert kept == 2 * SETTINGS.relief_views
     assert session.relief_score() == 0.3
     assert len(pairs) == SETTINGS.baseline_frames * kept
+
+
+def test_the_five_point_yaw_of_a_view_is_the_frames():
+    """The canonical square is a similarity of the frame: the yaw its five points read
+    is the one the frame's read."""
+    from kyc.face.quality import head_pose
+    from kyc.liveness.relief import face_view
+    from kyc.liveness.session import five_yaw
+
+    five = np.array([[300, 200], [360, 215], [350, 250], [305, 280], [345, 290]], float)
+    view = face_view(np.zeros((480, 640, 3), np.uint8), five)
+    assert abs(five_yaw(view) - head_pose(five)[0]) < 0.5

@@ -180,15 +180,15 @@ def rotation_matrix(yaw: float, pitch: float, roll: float) -> np.ndarray:
 
 
 def face_quality(face: np.ndarray, landmarks: np.ndarray, box: np.ndarray,
-                 image_size: tuple[int, int]) -> dict[str, float]:
-    """Figures of one aligned face (``face``: [112, 112, 3] RGB) and its input geometry."""
+                 image_size: tuple[int, int], pose: bool = True) -> dict[str, float]:
+    """Figures of one aligned face (``face``: [112, 112, 3] RGB) and its input geometry
+    (and its head pose, unless ``pose`` is false)."""
     gray = luma(face)
     # Judge sharpness and light on the inner face, not on the background corners.
     inner = gray[16:104, 16:96]
-    yaw, pitch, roll = head_pose(landmarks)
     width, height = float(box[2] - box[0]), float(box[3] - box[1])
     eyes = np.asarray(landmarks, dtype=np.float64).reshape(5, 2)[:2]
-    return {
+    figures = {
         "sharpness": round(sharpness(inner), 2),
         "brightness": round(float(inner.mean()) / 255.0, 4),
         "contrast": round(float(inner.std()) / 255.0, 4),
@@ -196,7 +196,8 @@ def face_quality(face: np.ndarray, landmarks: np.ndarray, box: np.ndarray,
         "face_height": round(height, 1),
         "inter_eye_distance": round(float(np.linalg.norm(eyes[1] - eyes[0])), 1),
         "face_area_fraction": round(width * height / float(image_size[0] * image_size[1]), 4),
-        "yaw": round(yaw, 1),
-        "pitch": round(pitch, 1),
-        "roll": round(roll, 1),
     }
+    if pose:
+        yaw, pitch, roll = head_pose(landmarks)
+        figures.update({"yaw": round(yaw, 1), "pitch": round(pitch, 1), "roll": round(roll, 1)})
+    return figures

@@ -68,6 +68,7 @@ from dataclasses import dataclass, field
 import cv2
 import numpy as np
 
+from kyc.face.quality import head_pose
 from kyc.liveness.challenge import (
     GUIDANCE,
     MOVES,
@@ -174,7 +175,6 @@ class Frame:
     embedding: np.ndarray | None = None  # L2-normalised, when a face was found
     pad_score: float | None = None  # real-face probability from face_antispoof
     implausible: bool = False  # a face whose pose no head makes (pose is None)
-    five_yaw: float = math.nan  # the yaw the five landmarks read (the relief's divisor)
     landmark_gap: float = math.nan  # the five landmarks' distance from the mesh's
 
     def findings(self, settings: LivenessSettings) -> dict:
@@ -199,7 +199,6 @@ class TurnView:
     reach: float  # |yaw offset| from the baseline, degrees
     pose: tuple[float, float, float]
     view: FaceView
-    five_yaw: float = math.nan  # as the five landmarks the view is aligned by read it
 
 
 @dataclass
@@ -227,7 +226,7 @@ class Session:
         if len(self.baseline) < settings.baseline_frames:
             self.baseline.append((frame.pose[0], frame.pose[1]))
             if view is not None:
-                self.base_views.append(TurnView(0.0, frame.pose, view, frame.five_yaw))
+                self.base_views.append(TurnView(0.0, frame.pose, view))
             if len(self.baseline) == settings.baseline_frames:
                 self.track = Track(parse_moves(settings.moves), settings.amplitude_deg,
                                    settings.centre_deg, settings.min_hold_frames)
@@ -238,7 +237,7 @@ class Session:
         if self.track is not None:
             self.track.feed(offset)
         if view is not None and abs(offset[YAW]) >= settings.amplitude_deg:
-            self._keep_turn(TurnView(abs(float(offset[YAW])), frame.pose, view, frame.five_yaw),
+            self._keep_turn(TurnView(abs(float(offset[YAW])), frame.pose, view),
                             int(np.sign(offset[YAW])), settings.relief_views)
 
     def _keep_turn(self, turn: TurnView, sign: int, keep: int) -> None:
@@ -301,22 +300,30 @@ class Session:
     def relief_score(self) -> float | None:
         """The median relief ratio of the kept turned views against each baseline view
         (kyc.liveness.relief); None when the session has no head turn to read."""
-        ratios = [_relief(base, turn) for base in self.base_views
-                  for kept in self.turn_views.values() for turn in kept]
+        turns = [turn for kept in self.turn_views.values() for turn in kept]
+        yaws = {id(t): five_yaw(t.view) for t in [*self.base_views, *turns]}
+        ratios = [_relief(base, turn, yaws[id(turn)] - yaws[id(base)])
+                  for base in self.base_views for turn in turns]
         if not ratios:
             return None
         read = [r for r in ratios if math.isfinite(r)]  # a view that cannot be read
         return float(np.median(read)) if read else math.nan
 
 
-def _relief(base: TurnView, turn: TurnView) -> float:
+def five_yaw(view: FaceView) -> float:
+    """The turn the view's five points read (kyc.face.quality.head_pose; the canonical
+    square is a similarity of the frame, which leaves yaw as it was). Read at END, for
+    the few views kept: not for every frame."""
+    return float(head_pose(view.points)[0])
+
+
+def _relief(base: TurnView, turn: TurnView, five: float) -> float:
     """The relief ratio of one pair of kept views, over the larger of the turns the
-    head pose and the five landmarks read, on the head pose's side. Over the pose's
+    head pose and the five landmarks read (``five``), on the head pose's side. Over the pose's
     turn alone, a print curved round a bottle (which the 468 points read as turning
     less than the five) gave 1.1, against 0.04 over the five points' turn (measured on
     `kyc eval`'s attacks); over the five points' alone, a head tilted while it turned
     (which they read as turning the other way) gave none."""
-    five = turn.five_yaw - base.five_yaw
     head = turn.pose[0] - base.pose[0]
     if not math.isfinite(five):
         return 0.0

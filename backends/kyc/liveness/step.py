@@ -107,7 +107,7 @@ class LivenessStep:
         face = dataclasses.replace(
             context.model_settings(FaceSettings, self.settings.face_model),
             detector_size=self.settings.detector_size, try_rotations=self.settings.try_rotations,
-            work_max_side=self.settings.work_max_side)
+            work_max_side=self.settings.work_max_side, head_pose=False)
         self.face = face_preprocessor(context, face, self._crops)
         self.embed = context.callee(self.settings.embedding_model, ["EMBEDDING"])
         self.mesh = context.callee(self.settings.landmark_model, ["MESH", "PRESENCE"])
@@ -294,7 +294,7 @@ class LivenessStep:
             item.view = result.context.view if result.found and result.context else None
             item.result = Frame(
                 face_found=result.found, faces=result.faces, pose=pose,
-                five_yaw=float((result.quality or {}).get("yaw", math.nan)), landmark_gap=off,
+                landmark_gap=off,
                 sharpness=_sharpness(result),
                 embedding=np.asarray(next(embeddings), np.float32) if embedded else None,
                 pad_score=float(np.asarray(next(pad)).reshape(-1)[0])
