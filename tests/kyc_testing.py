@@ -390,3 +390,19 @@ def play_moves(send, perform, first: str | None, done: int = 0) -> list:
             tries += 1  # not seen: made again
     film(perform(None), end=True)
     return replies
+
+
+def models_for(model: str, repository: Path = SHIPPED_REPOSITORY) -> tuple[str, ...]:
+    """``model`` and every model it calls or reads the settings of, however deep (the
+    repository's graph, kyc.repo.graph): what a copy must hold for it to load."""
+    from kyc.repo.graph import build_graph
+
+    calls = build_graph(repository).calls
+    needed, todo = {model}, [model]
+    while todo:
+        caller = todo.pop()
+        for call in calls:
+            if call.caller == caller and call.callee not in needed:
+                needed.add(call.callee)
+                todo.append(call.callee)
+    return tuple(sorted(needed))

@@ -36,7 +36,6 @@ from .graph import (
     set_metadata,
     tensor_info,
 )
-from .tflite_onnx import tflite_to_onnx
 
 # Bump whenever a converter's output changes: installed models with an older value
 # in their metadata are reconverted by `kyc models fetch`.
@@ -347,6 +346,8 @@ def convert_face_landmarks(tflite_bytes: bytes) -> tuple[onnx.ModelProto, onnx.M
     relative depth at the same scale) and ``PRESENCE [N,1]`` (the probability that a
     face fills the crop: its logit, sigmoided as MediaPipe does). Returns the served
     model and the raw conversion (float NHWC in [0, 1]), which the parity check runs."""
+    from .tflite_onnx import tflite_to_onnx  # its tflite package is a build tool only
+
     raw = tflite_to_onnx(tflite_bytes, "face_landmarks")
     outs = _tflite_outputs(raw)
     if sorted(outs) != [1, 3 * MESH_POINTS]:

@@ -20,6 +20,7 @@ from kyc_testing import (
     Person,
     copy_tree,
     live_session,
+    models_for,
     require_weights,
     start_server,
 )
@@ -27,7 +28,7 @@ from kyc_testing import (
 pytestmark = pytest.mark.integration
 
 # kyc_intake: the owner of the client image limits the face path reads
-MODELS = ("face_detector", "face_preprocess", "face_embedding", "liveness_sequence", "kyc_intake")
+MODELS = models_for("liveness_sequence")
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ from kyc_testing import (
     SHIPPED_REPOSITORY,
     copy_tree,
     liveness_step,
+    models_for,
     require_weights,
     start_server,
 )
@@ -28,7 +29,7 @@ from kyc_testing import (
 pytestmark = pytest.mark.integration
 
 # kyc_intake: the owner of the client image limits the face path reads
-MODELS = ("face_detector", "face_preprocess", "face_embedding", "liveness_sequence", "kyc_intake")
+MODELS = models_for("liveness_sequence")
 MAX_SESSIONS = 5
 
 
