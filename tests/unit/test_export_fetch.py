@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import sys
 from pathlib import Path
 
@@ -103,6 +104,18 @@ def test_pip_command_asks_for_wheels_or_sdists_only_and_no_dependencies(tmp_path
     assert "--no-deps" in cmd and "--only-binary=:all:" in cmd
     assert cmd[-1] == "pkg==1.0" and cmd[cmd.index("-d") + 1] == str(tmp_path)
     assert "--no-binary=:all:" in fetch.pip_download_command(sdist, tmp_path)
+    assert "--python-version" not in cmd  # a pure wheel: whatever Python runs pip
+
+
+def test_a_wheel_built_for_one_python_is_asked_for_that_python_whatever_runs_pip(tmp_path):
+    """The image builds on Python 3.10; mediapipe's pinned wheel is CPython 3.11's."""
+    built = ArchiveSource("pkg", "1.0", "wheel", "pkg-1.0-cp311-cp311-x.whl", "0" * 64,
+                          python="3.11", platform="manylinux2014_x86_64")
+    cmd = fetch.pip_download_command(built, tmp_path)
+    flags = dict(itertools.pairwise(cmd))
+    assert flags["--python-version"] == "3.11" and flags["--abi"] == "cp311"
+    assert flags["--implementation"] == "cp" and flags["--platform"] == "manylinux2014_x86_64"
+    assert "--only-binary=:all:" in cmd  # pip refuses --platform without it
 
 
 def test_read_member_reads_from_a_zip_archive(tmp_path):
