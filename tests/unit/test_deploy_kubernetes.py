@@ -366,7 +366,7 @@ def test_the_page_is_the_only_public_entry_and_reaches_triton_over_the_cluster_n
     triton = one(resources, "Service", "kyc-triton")
     assert host == "kyc-triton" and int(port) == next(
         p["port"] for p in triton["spec"]["ports"] if p["name"] == "grpc")
-    assert args.trust_forwarded_for  # behind the Ingress controller
+    assert args.trusted_proxies == 1  # behind the Ingress controller
     assert web["ports"] == [{"name": "web", "containerPort": args.port, "protocol": "TCP"}]
     assert web["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "web"}
     # nothing but the page is exposed: the Services are ClusterIP, the Ingress goes to kyc-web

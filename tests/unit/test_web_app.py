@@ -56,9 +56,20 @@ def test_the_client_address_is_the_peer_unless_the_proxy_is_trusted():
     scope = {"client": ("192.0.2.7", 5555)}
     headers = {"x-forwarded-for": "203.0.113.9, 10.0.0.1"}
     assert client_address(scope, headers, WebSettings()) == "192.0.2.7"
-    trusted = WebSettings(trust_forwarded_for=True)
-    assert client_address(scope, headers, trusted) == "203.0.113.9"
-    assert client_address(scope, {}, trusted) == "192.0.2.7"
+    one = WebSettings(trusted_proxies=1)
+    assert client_address(scope, headers, one) == "10.0.0.1"  # what the proxy saw
+    assert client_address(scope, headers, WebSettings(trusted_proxies=2)) == "203.0.113.9"
+    assert client_address(scope, {}, one) == "192.0.2.7"
+
+
+def test_a_forged_leftmost_hop_buys_no_fresh_rate_limit_bucket():
+    """The client writes what it likes before the proxy appends its address."""
+    limiter, settings = RateLimiter(clock=lambda: 0.0), WebSettings(trusted_proxies=1)
+    scope = {"client": ("10.0.0.2", 443)}  # the Ingress controller
+    allowed = [limiter.allow(client_address(
+        scope, {"x-forwarded-for": f"198.51.100.{n}, 203.0.113.9"}, settings), "verify", 6)
+        for n in range(8)]
+    assert allowed == [True] * 6 + [False] * 2
 
 
 @pytest.mark.parametrize("origin,host,allowed", [

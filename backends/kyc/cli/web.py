@@ -31,8 +31,11 @@ def add_web_parser(sub: argparse._SubParsersAction) -> None:
     web.add_argument("--verifications-per-minute", type=int,
                      default=defaults.verifications_per_minute,
                      help="verifications per client address and minute")
-    web.add_argument("--trust-forwarded-for", action="store_true",
-                     help="client address from X-Forwarded-For (behind a proxy that sets it)")
+    web.add_argument("--trusted-proxies", type=int, default=defaults.trusted_proxies,
+                     metavar="N", help="proxies in front that append to X-Forwarded-For: the "
+                     "client address is its hop N from the right (0: the peer's)")
+    web.add_argument("--trust-forwarded-for", dest="trusted_proxies", action="store_const",
+                     const=1, help="the same as --trusted-proxies 1 (one Ingress controller)")
     web.set_defaults(func=cmd_web)
 
 
@@ -44,7 +47,7 @@ def settings_from(args: argparse.Namespace):
         liveness_attempts=args.liveness_attempts,
         sessions_per_minute=args.sessions_per_minute,
         verifications_per_minute=args.verifications_per_minute,
-        trust_forwarded_for=args.trust_forwarded_for)
+        trusted_proxies=args.trusted_proxies)
 
 
 def cmd_web(args: argparse.Namespace) -> int:
@@ -59,5 +62,5 @@ def cmd_web(args: argparse.Namespace) -> int:
     # addresses; the app logs ids, sizes and timings itself. No server header.
     uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="warning",
                 access_log=False, server_header=False, ws_max_size=settings.max_frame_bytes,
-                proxy_headers=args.trust_forwarded_for)
+                proxy_headers=False)  # X-Forwarded-For is read by the app (client_address)
     return 0

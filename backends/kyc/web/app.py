@@ -58,7 +58,9 @@ class WebSettings:
     liveness_attempts: int = 3  # tries before the page goes on to the document
     sessions_per_minute: int = 12  # per client address
     verifications_per_minute: int = 6  # per client address
-    trust_forwarded_for: bool = False  # take the client address from X-Forwarded-For
+    # Proxies in front of the app that each append the address they saw to
+    # X-Forwarded-For (an Ingress controller: 1); 0: the header is not read.
+    trusted_proxies: int = 0
     timeout_s: float = 30.0  # each call to Triton
 
 
@@ -122,12 +124,14 @@ class SecurityHeaders:
 
 
 def client_address(scope: dict, headers, settings: WebSettings) -> str:
-    """Who is asking, for the rate limits: the peer, or the first X-Forwarded-For hop
-    when the app runs behind a proxy that sets it (``trust_forwarded_for``)."""
-    if settings.trust_forwarded_for:
-        forwarded = headers.get("x-forwarded-for", "")
-        if forwarded:
-            return forwarded.split(",")[0].strip()
+    """Who is asking, for the rate limits: the peer, or, behind ``trusted_proxies``
+    proxies, the address the outermost of them saw: X-Forwarded-For's hop that many
+    from the right. Every hop left of it is the client's to write (a forged leftmost
+    hop once bought a fresh rate-limit bucket for each request)."""
+    if settings.trusted_proxies > 0:
+        hops = [h.strip() for h in headers.get("x-forwarded-for", "").split(",") if h.strip()]
+        if hops:
+            return hops[max(len(hops) - settings.trusted_proxies, 0)]
     client = scope.get("client")
     return client[0] if client else "unknown"
 
