@@ -65,6 +65,20 @@ def test_a_refusal_is_counted_served_on_the_status_port_and_printed(
     assert "REFUSED  echo version 2: refused by the check" in printed and "no model.py" in printed
 
 
+def test_an_idle_connection_to_the_status_port_holds_no_one_else(tiny_repository, tmp_path):
+    import socket
+
+    watcher = watcher_over(tiny_repository, tmp_path, lambda: [])
+    port = watcher.serve_status("127.0.0.1", 0)
+    try:
+        with socket.create_connection(("127.0.0.1", port)):  # connected, sends nothing
+            started = time.monotonic()
+            body = urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=3).read()
+            assert b"models" in body and time.monotonic() - started < 3
+    finally:
+        watcher.stop()
+
+
 def test_a_taken_version_that_loads_is_counted_once(tiny_repository, tmp_path):
     states = [{"name": "echo", "version": "1", "state": "READY"}]
     watcher = watcher_over(tiny_repository, tmp_path, lambda: states)

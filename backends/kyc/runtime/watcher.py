@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socketserver
 import threading
 import time
 import urllib.error
@@ -89,9 +90,22 @@ def index_states(index: list[dict]) -> dict[tuple[str, int], tuple[str, str]]:
     return states
 
 
+# A client of the status port that sends nothing is dropped after this many seconds.
+STATUS_TIMEOUT_S = 5.0
+
+
 class _QuietHandler(WSGIRequestHandler):
+    timeout = STATUS_TIMEOUT_S
+
     def log_message(self, *args: object) -> None:  # scrapes are not worth a log line
         pass
+
+
+class _StatusServer(socketserver.ThreadingMixIn, WSGIServer):
+    """A thread a connection: one idle connection to the single-threaded server held
+    every scrape and `kyc repo status` until it closed."""
+
+    daemon_threads = True
 
 
 class RepositoryWatcher:
@@ -133,7 +147,8 @@ class RepositoryWatcher:
                 return [body]
             return metrics_app(environ, start_response)
 
-        self._http = make_server(address, port, app, handler_class=_QuietHandler)
+        self._http = make_server(address, port, app, server_class=_StatusServer,
+                                 handler_class=_QuietHandler)
         threading.Thread(target=self._http.serve_forever, name="kyc-status", daemon=True).start()
         self.status_port = int(self._http.server_address[1])
         return self.status_port
