@@ -31,8 +31,6 @@ from importlib import resources
 import cv2
 import numpy as np
 
-from kyc.face.mesh import EYE_CORNERS, MOUTH_CORNERS, NOSE_TIP
-
 SIDE = 192  # the model's input square
 ROI_SPAN = 3.9  # the crop's side over the eye-to-mouth distance
 MESH_FILE = "canonical_face.npy"
@@ -79,18 +77,6 @@ def canonical_face() -> np.ndarray:
     face-depth``, from the pinned mesh)."""
     with resources.files("kyc.face").joinpath(MESH_FILE).open("rb") as f:
         return np.load(f).astype(np.float64)
-
-
-def gap(landmarks: np.ndarray, points: np.ndarray) -> float:
-    """How far the detector's five landmarks are from the same points of the mesh (in
-    frame pixels), at most, in eye-to-mouth distances: the detector's error, mostly
-    (on a small face it jitters by several pixels from frame to frame, the mesh
-    less)."""
-    five = np.asarray(landmarks, np.float64).reshape(5, 2)
-    groups = [*EYE_CORNERS, (NOSE_TIP,), *((c,) for c in MOUTH_CORNERS)]
-    mesh = np.array([np.asarray(points)[list(g), :2].mean(axis=0) for g in groups])
-    span = float(np.linalg.norm(five[3:].mean(axis=0) - five[:2].mean(axis=0)))
-    return float(np.linalg.norm(mesh - five, axis=1).max() / max(span, 1e-6))
 
 
 def _facing(image: np.ndarray, camera: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

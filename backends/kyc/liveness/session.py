@@ -175,7 +175,6 @@ class Frame:
     embedding: np.ndarray | None = None  # L2-normalised, when a face was found
     pad_score: float | None = None  # real-face probability from face_antispoof
     implausible: bool = False  # a face whose pose no head makes (pose is None)
-    landmark_gap: float = math.nan  # the five landmarks' distance from the mesh's
 
     def findings(self, settings: LivenessSettings) -> dict:
         """The per-frame part of STATUS: no identity and no angle, only what the app can

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from kyc.face.landmarks import Roi, gap, mesh_pose, roi
+from kyc.face.landmarks import Roi, mesh_pose, roi
 from kyc.face.preprocess import FaceSettings
 from kyc.face.step import face_preprocessor
 from kyc.image import ImageError
@@ -83,7 +83,6 @@ class FaceCrops:
     mesh_crop: np.ndarray  # uint8 [192, 192, 3]
     roi: Roi
     size: tuple[int, int]  # the frame's width and height, pixels
-    landmarks: np.ndarray  # the detector's five, frame pixels
     pad: np.ndarray | None = None
 
 
@@ -151,7 +150,7 @@ class LivenessStep:
                                self.settings.antispoof_size)
         region = roi(landmarks)
         return FaceCrops(face_view(pixels, landmarks), region.cut(pixels), region,
-                         (pixels.shape[1], pixels.shape[0]), np.asarray(landmarks), pad)
+                         (pixels.shape[1], pixels.shape[0]), pad)
 
     def close(self) -> None:
         self.metrics.close()
@@ -279,7 +278,7 @@ class LivenessStep:
                               else result)
             else:
                 seen.append((item, result))
-        poses, gaps = self._poses([r for _, r in seen])
+        poses = self._poses([r for _, r in seen])
         # In order, so that two frames of one session in this batch are decided as if
         # they had come one by one (Session.wants_embedding).
         embed = [result.found and item.session.wants_embedding(  # type: ignore[union-attr]
@@ -290,41 +289,35 @@ class LivenessStep:
         found = [r for _, r in seen if r.found]
         pad = iter(self._each(self.antispoof, "CROP", [r.context.pad for r in found])
                    if self.antispoof is not None else [])
-        for (item, result), embedded, pose, off in zip(seen, embed, poses, gaps, strict=True):
+        for (item, result), embedded, pose in zip(seen, embed, poses, strict=True):
             item.view = result.context.view if result.found and result.context else None
             item.result = Frame(
                 face_found=result.found, faces=result.faces, pose=pose,
-                landmark_gap=off,
                 sharpness=_sharpness(result),
                 embedding=np.asarray(next(embeddings), np.float32) if embedded else None,
                 pad_score=float(np.asarray(next(pad)).reshape(-1)[0])
                 if result.found and self.settings.antispoof_model else None,
                 implausible=result.found and pose is None)
 
-    def _poses(self, results: list) -> tuple[list, list[float]]:
+    def _poses(self, results: list) -> list[tuple[float, float, float] | None]:
         """Each result's head pose from the 468 landmarks (kyc.face.landmarks), in one
-        call to the landmark model (None without a face, or where the model sees none
-        in the region or the pose is one no head makes), and how far the detector's
-        landmarks are from the mesh's (kyc.face.landmarks.gap; NaN without a pose)."""
+        call to the landmark model; None without a face, or where the model sees none
+        in the region or the pose is one no head makes."""
         has = [r.found and r.context is not None for r in results]
         crops = [r.context for r, found in zip(results, has, strict=True) if found]
         if not crops:
-            return [None] * len(results), [math.nan] * len(results)
+            return [None] * len(results)
         out = self.mesh({"FACE": np.stack([c.mesh_crop for c in crops])})
         read = iter([self._pose(c, mesh, presence) for c, mesh, presence
                      in zip(crops, out["MESH"], out["PRESENCE"], strict=True)])
-        both = [next(read) if found else (None, math.nan) for found in has]
-        return [p for p, _ in both], [g for _, g in both]
+        return [next(read) if found else None for found in has]
 
     def _pose(self, crops: FaceCrops, mesh: np.ndarray,
-              presence: np.ndarray) -> tuple[tuple[float, float, float] | None, float]:
+              presence: np.ndarray) -> tuple[float, float, float] | None:
         if float(np.ravel(presence)[0]) < self.settings.min_face_presence:
-            return None, math.nan
-        points = crops.roi.to_image(mesh)
-        pose = mesh_pose(points, *crops.size)
-        if not plausible(pose[0], pose[1]):
-            return None, math.nan
-        return pose, gap(crops.landmarks, points)
+            return None
+        pose = mesh_pose(crops.roi.to_image(mesh), *crops.size)
+        return pose if plausible(pose[0], pose[1]) else None
 
     @staticmethod
     def _each(callee, name: str, arrays: list) -> list[np.ndarray]:
