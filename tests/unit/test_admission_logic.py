@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import stat
+
 import numpy as np
 import pytest
 
@@ -10,6 +13,7 @@ from kyc.intake.admission import (
     AdmissionSettings,
     AdmissionState,
     SharedAdmission,
+    StateFileError,
     Ticket,
     TicketReturns,
     shm_path,
@@ -269,3 +273,42 @@ def test_without_admission_the_intake_passes_no_ticket(jpeg):
 
     (answer,) = IntakeStep(IntakeSettings(admission=False)).run([intake_request(jpeg, jpeg)])
     assert answer["ADMISSION"].tolist() == [list(NO_TICKET)]
+
+
+def test_the_state_file_is_created_0600_and_shared_by_the_next_opener(tmp_path):
+    path = shm_path(4243, "kyc_ensemble", tmp_path)
+    first, second = SharedAdmission(path, SETTINGS), SharedAdmission(path, None)
+    try:
+        assert stat.S_IMODE(path.lstat().st_mode) == 0o600
+        assert second.release(first.admit(0.0).ticket, 0.1)
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_symlink_placed_at_the_state_path_is_refused_and_not_followed(tmp_path):
+    target = tmp_path / "victim"
+    target.write_bytes(b"keep")
+    path = shm_path(4244, "kyc_ensemble", tmp_path)
+    path.symlink_to(target)
+    with pytest.raises(StateFileError, match="refused"):
+        SharedAdmission(path, SETTINGS)
+    assert target.read_bytes() == b"keep"
+
+
+def _owned_by_nobody(path):
+    if os.geteuid() != 0:
+        pytest.skip("only root can give a file away")
+    path.write_bytes(b"")
+    path.chmod(0o600)
+    os.chown(path, 65534, 65534)
+
+
+@pytest.mark.parametrize("place", [lambda p: os.mkfifo(p, 0o600),
+                                   lambda p: p.write_bytes(b"") or p.chmod(0o644),
+                                   _owned_by_nobody])
+def test_a_fifo_a_file_others_may_read_or_one_of_another_user_is_refused(tmp_path, place):
+    path = shm_path(4245, "kyc_ensemble", tmp_path)
+    place(path)
+    with pytest.raises(StateFileError, match="mode 0600"):
+        SharedAdmission(path, SETTINGS)

@@ -45,6 +45,7 @@ from __future__ import annotations
 import fcntl
 import mmap
 import os
+import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -234,6 +235,42 @@ class AdmissionState:
         return True
 
 
+class StateFileError(RuntimeError):
+    """The admission state path holds something this server did not create."""
+
+
+def open_state_file(path: Path) -> int:
+    """``path`` opened read-write: created 0600 by the first stub of the server, opened by
+    the others, never through a symlink.
+
+    /dev/shm is writable by every local user, so a file or symlink placed there under the
+    name of a server pid to come would otherwise be mapped (or followed) by the stubs.
+    O_EXCL makes exactly one stub the creator; the others find EEXIST and check what they
+    opened (a regular file, ours, 0600) instead of trusting the name.
+    """
+    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+        os.fchmod(fd, 0o600)  # whatever the umask took away
+        return fd
+    except FileExistsError:
+        pass
+    try:
+        # O_NONBLOCK: a fifo placed there must not hang the stub (mmap ignores it)
+        fd = os.open(path, flags | os.O_NONBLOCK)
+    except OSError as exc:  # ELOOP: a symlink
+        raise StateFileError(f"admission state {path}: refused ({exc.strerror}); "
+                             "not a regular file of this user") from None
+    info = os.fstat(fd)
+    if (not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid()
+            or stat.S_IMODE(info.st_mode) != 0o600):
+        os.close(fd)
+        raise StateFileError(f"admission state {path}: refused, not a regular file of this "
+                             f"user with mode 0600 (uid {info.st_uid}, mode "
+                             f"{info.st_mode:o})")
+    return fd
+
+
 class SharedAdmission:
     """:class:`AdmissionState` of one entry in a file every stub of one server maps,
     under ``flock``."""
@@ -243,7 +280,7 @@ class SharedAdmission:
         self.path = path
         self.entry = entry
         size = AdmissionState.size()
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        self._fd = open_state_file(path)
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX)
             if os.fstat(self._fd).st_size < size:
