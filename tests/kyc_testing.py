@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import textwrap
 import threading
@@ -98,6 +99,13 @@ ensemble_scheduling {
   ]
 }
 """
+
+
+# What a dropped model folder must not hold (kyc.repo.safe_copy), each put into a folder.
+UNSAFE_ENTRIES: dict[str, Callable[[Path], None]] = {
+    "symlink to /etc": lambda folder: (folder / "etc").symlink_to("/etc"),
+    "fifo": lambda folder: os.mkfifo(folder / "pipe"),
+}
 
 
 def write_echo_version(version_dir: Path, scale: float = 1.0) -> Path:

@@ -10,7 +10,7 @@ import pytest
 
 from kyc.repo.config import load_config
 from kyc.repo.live import PIN_SETTLE_S, LiveRepository, live_config_text, scan
-from kyc_testing import tiny_onnx, write_echo_version
+from kyc_testing import UNSAFE_ENTRIES, tiny_onnx, write_echo_version
 
 QUIET = 2.0
 
@@ -342,3 +342,29 @@ def test_a_config_refused_alone_is_judged_again_when_its_version_arrives(live, c
     tiny_onnx(live.source / "double" / "2" / "model.onnx", shape=("batch", 3))
     assert sorted(settle(live, clock)) == ["config", "taken"]
     assert policy(live, "double") == [2] and live.status()["double"]["refused"] == []
+
+
+@pytest.mark.parametrize("place", UNSAFE_ENTRIES.values(), ids=UNSAFE_ENTRIES.keys())
+def test_a_version_holding_a_link_or_a_fifo_is_refused_and_the_live_copy_untouched(
+    live, clock, place
+):
+    folder = write_echo_version(live.source / "echo" / "2", scale=3.0)
+    place(folder)
+    before = sorted(str(p.relative_to(live.live)) for p in live.live.rglob("*"))
+    assert settle(live, clock) == ["refused"]
+    reason = live.status()["echo"]["refused"][0]["reason"]
+    assert "refused, a " in reason and "only folders and regular files" in reason
+    assert sorted(str(p.relative_to(live.live)) for p in live.live.rglob("*")) == before
+    assert list(live.staging.iterdir()) == []
+
+
+def test_a_new_model_folder_holding_a_link_is_refused_whole(live, clock):
+    model = live.source / "echo2"
+    shutil.copytree(live.source / "echo", model)
+    (model / "1" / "secrets").symlink_to("/etc")
+    events = live.sync()
+    clock.now += QUIET + 0.1
+    events += live.sync()
+    assert [e.kind for e in events] == ["model_refused"]
+    assert "1/secrets: refused, a symbolic link" in events[0].reason
+    assert not (live.live / "echo2").exists()

@@ -9,7 +9,7 @@ import pytest
 
 from kyc.cli import main
 from kyc.repo.publish import PublishError, publish
-from kyc_testing import write_echo_version
+from kyc_testing import UNSAFE_ENTRIES, write_echo_version
 
 
 def entries(model_dir: Path) -> list[str]:
@@ -112,3 +112,20 @@ def test_concurrent_publishers_get_distinct_versions(tiny_repository, tmp_path):
     for t in threads:
         t.join()
     assert sorted(versions) == [2, 3, 4, 5]
+
+
+@pytest.mark.parametrize("place", UNSAFE_ENTRIES.values(), ids=UNSAFE_ENTRIES.keys())
+def test_publish_refuses_a_link_or_a_fifo_and_leaves_the_repository_unchanged(
+    tiny_repository, tmp_path, place
+):
+    src = write_echo_version(tmp_path / "src")
+    place(src)
+    with pytest.raises(PublishError, match="only folders and regular files"):
+        publish(tiny_repository, "echo", src)
+    assert entries(tiny_repository / "echo") == ["1"]
+
+
+@pytest.mark.parametrize("model", ["../echo", "/etc", "..", "echo/1"])
+def test_publish_refuses_a_model_name_that_is_a_path(tiny_repository, tmp_path, model):
+    with pytest.raises(PublishError, match="one plain name"):
+        publish(tiny_repository, model, write_echo_version(tmp_path / "src"))

@@ -66,6 +66,7 @@ from kyc.repo.check import (
 )
 from kyc.repo.config import ConfigError, ModelConfig, load_config, parse_config
 from kyc.repo.publish import fsync_path, fsync_tree, precompile_python_models
+from kyc.repo.safe_copy import UnsafeEntryError, copy_tree
 
 log = logging.getLogger(__name__)
 
@@ -281,7 +282,12 @@ class LiveRepository:
         the staged repository root (problems name paths as in the source) and the copy."""
         root = self._stage("copy") / self.source.name
         target = root.joinpath(*parts)
-        shutil.copytree(src, target, ignore=_copy_ignore)
+        target.parent.mkdir(parents=True)
+        try:
+            copy_tree(src, target, ignore=_copy_ignore)
+        except UnsafeEntryError:
+            self._drop_copy(root)
+            raise
         return root, target
 
     def _drop_copy(self, root: Path) -> None:
@@ -380,7 +386,10 @@ class LiveRepository:
         signature = (*drop.signature, tuple(sorted(self.models)))
         if self._is_refused(key, signature) or not self._quiet(key, drop, now):
             return []
-        root, staged = self._copy_out(model_dir, name)
+        try:
+            root, staged = self._copy_out(model_dir, name)
+        except UnsafeEntryError as exc:  # the live copy is left as it is
+            return [self._refuse(key, signature, Event("model_refused", name, reason=str(exc)))]
         try:
             if scan(model_dir).signature != drop.signature:  # written to while copied
                 self._seen[key] = _Seen(scan(model_dir).signature, now)
@@ -466,7 +475,12 @@ class LiveRepository:
         staged: dict[int, tuple[Path, Path]] = {}
         try:
             for version, drop in quiet.items():
-                root, copy = self._copy_out(present[version], name, str(version))
+                try:
+                    root, copy = self._copy_out(present[version], name, str(version))
+                except UnsafeEntryError as exc:  # the served versions are left as they are
+                    events.append(self._refuse((name, version), drop.signature, Event(
+                        "refused", name, version, str(exc))))
+                    continue
                 staged[version] = (root, copy)
                 written = scan(present[version]).signature
                 if written != drop.signature:  # written to while copied

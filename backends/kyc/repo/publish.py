@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kyc.repo.check import CONFIG, Problem, check_model, version_dirs
+from kyc.repo.safe_copy import UnsafeEntryError, check_plain_name, copy_file, copy_tree
 
 log = logging.getLogger(__name__)
 
@@ -61,13 +62,16 @@ def _model_lock(model_dir: Path) -> Iterator[None]:
 
 
 def _copy_source(src: Path, staging: Path) -> None:
-    if src.is_dir():
-        shutil.copytree(
-            src, staging, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
-        )
-    else:
-        staging.mkdir()
-        shutil.copy2(src, staging / src.name)
+    """Folders and regular files only (kyc.repo.safe_copy): a link or a fifo in what is
+    published is refused, never followed into the repository."""
+    try:
+        if src.is_dir() and not src.is_symlink():
+            copy_tree(src, staging, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".*"))
+        else:
+            staging.mkdir()
+            copy_file(src, staging / src.name)
+    except UnsafeEntryError as exc:
+        raise PublishError(f"{src} refused: {exc}") from None
 
 
 def fsync_path(path: Path) -> None:
@@ -110,7 +114,10 @@ def publish(repository: Path, model: str, src: Path, *, force: bool = False) -> 
     problems are returned and the version goes in anyway, which is how a broken
     version reaches a server to prove the old one keeps serving).
     """
-    model_dir = repository / model
+    try:
+        model_dir = repository / check_plain_name(model)
+    except UnsafeEntryError as exc:
+        raise PublishError(str(exc)) from None
     if not (model_dir / CONFIG).is_file():
         raise PublishError(f"no model '{model}' in {repository} (no {model}/{CONFIG})")
     if not src.exists():

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from kyc.repo.check import check_repository
 from kyc.repo.publish import precompile_python_models
+from kyc.repo.safe_copy import UnsafeEntryError, copy_tree
 
 STAGING_PREFIX = ".seed-"
 
@@ -46,10 +47,12 @@ def seed(src: Path, dest: Path) -> bool:
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = dest.parent / f"{STAGING_PREFIX}{dest.name}-{secrets.token_hex(4)}"
     try:
-        shutil.copytree(src, staging, symlinks=False,
-                        ignore=shutil.ignore_patterns(".staging-*", ".old-*", ".publish.lock"))
+        copy_tree(src, staging,
+                  ignore=shutil.ignore_patterns(".staging-*", ".old-*", ".publish.lock"))
         precompile_python_models(staging)
         staging.rename(dest)
+    except UnsafeEntryError as exc:
+        raise SeedError(f"cannot seed {dest}: {exc}") from None
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
         if exc.errno in (errno.ENOTEMPTY, errno.EEXIST) and _holds_files(dest):
