@@ -34,7 +34,8 @@ COPY export/ export/
 COPY model_repository/ model_repository/
 RUN make setup \
     && .venv/bin/kyc repo check model_repository \
-    && make runtime RUNTIME=/opt/kyc
+    && make runtime RUNTIME=/opt/kyc \
+    && chmod -R u=rwX,go=rX model_repository
 
 # ---- final: Triton with the project's environment and the repository ----
 FROM ${TRITON_IMAGE}
@@ -43,7 +44,11 @@ FROM ${TRITON_IMAGE}
 # answer with empty outputs. `kyc serve` puts its bin first on the server's PATH, so the
 # Python stubs run in it.
 COPY --from=build /opt/kyc /opt/kyc
-COPY --from=build --chown=1000:1000 /src/model_repository /models
+# /models and its files stay root's and read-only to the serving user: a process that
+# serves cannot rewrite the models. The watcher's live copy, which Triton reads, goes
+# to the temp folder (/tmp; --live-dir), and a mounted volume over /models brings its
+# own owner (deploy/).
+COPY --from=build /src/model_repository /models
 ENV PATH=/opt/kyc/bin:${PATH} \
     KYC_TRITON_HOME=/opt/tritonserver
 # Production mode: refuses to start without KYC_ADMIN_KEY (>= 16 characters: it
@@ -60,6 +65,8 @@ HEALTHCHECK --interval=15s --timeout=5s --start-period=180s --retries=3 \
 # Liveness tokens are sealed with KYC_TOKEN_KEY (base64 of 32 random bytes) or
 # KYC_TOKEN_KEY_FILE (e.g. a mounted secret); every replica needs the same key.
 # Options after the image name are appended: `docker run ... kyc-triton --http-port 9000`.
+# --host 0.0.0.0: kyc serve listens on loopback only unless told, and a container is
+# reached through its other interfaces.
 # On SIGTERM it first drains (requests in flight, open liveness sessions) for up to 5 s,
 # inside `docker stop`'s default 10 s; Kubernetes appends --drain-secs 60 (deploy/).
-ENTRYPOINT ["kyc", "serve", "--model-repository", "/models", "--triton-home", "/opt/tritonserver", "--production", "--drain-secs", "5"]
+ENTRYPOINT ["kyc", "serve", "--model-repository", "/models", "--triton-home", "/opt/tritonserver", "--host", "0.0.0.0", "--production", "--drain-secs", "5"]

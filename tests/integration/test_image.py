@@ -41,6 +41,9 @@ pytestmark = pytest.mark.integration
 
 IMAGE = os.environ.get("KYC_TEST_IMAGE", "kyc-triton:cpu")
 STOP_GRACE_S = 30  # docker stop -t: past it Docker kills (exit code 137)
+# README's production run and deploy/kubernetes: read-only, no capabilities, uid 1000
+HARDENED = ("--read-only", "--tmpfs", "/tmp", "--cap-drop", "ALL",
+            "--security-opt", "no-new-privileges", "--user", "1000:1000")
 
 
 def docker(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
@@ -89,7 +92,7 @@ def running(*docker_options: str) -> Iterator[SimpleNamespace]:
            "-e", f"KYC_ADMIN_KEY={admin_key}", "-e", f"KYC_TOKEN_KEY={token_key()}",
            *docker_options,
            IMAGE, "--http-port", str(options.http_port), "--grpc-port", str(options.grpc_port),
-           "--metrics-port", str(options.metrics_port), "--address", options.address,
+           "--metrics-port", str(options.metrics_port), "--host", options.address,
            "--status-port", str(status_port))
     try:
         deadline = started + 180
@@ -295,8 +298,7 @@ def strict():
     emptyDir, every capability dropped, no privilege escalation; /models is then read-only
     too. Its own container: `container` is stopped by the docker stop test."""
     require_image()
-    with running("--read-only", "--tmpfs", "/tmp", "--cap-drop", "ALL",
-                 "--security-opt", "no-new-privileges") as one:
+    with running(*HARDENED) as one:
         yield one
 
 

@@ -3,6 +3,7 @@ built and run on the CPU stand-in base by tests/integration/test_image.py."""
 
 from __future__ import annotations
 
+import ast
 import re
 import shlex
 import shutil
@@ -97,6 +98,24 @@ def test_entrypoint_is_kyc_serve_on_the_system_triton_and_parses():
     assert args.production, "the image serves in production mode (keys required)"
 
 
+def test_the_image_listens_on_every_interface_by_saying_so():
+    """kyc serve's default is loopback only; a container is reached from outside it."""
+    (entry,) = instructions("ENTRYPOINT")
+    argv = exec_form(entry)
+    assert argv[argv.index("--host") + 1] == "0.0.0.0"
+    assert build_parser().parse_args(argv[1:]).address == "0.0.0.0"
+    assert build_parser().parse_args(["serve"]).address == "127.0.0.1"
+
+
+def test_the_models_in_the_image_are_roots_and_read_only_to_the_serving_user():
+    final = DOCKERFILE.read_text().split("FROM ${TRITON_IMAGE}\n", 1)[1]
+    (copy,) = [line for line in final.splitlines() if line.rstrip().endswith(" /models")]
+    assert copy.split()[:2] == ["COPY", "--from=build"] and "--chown" not in copy
+    assert "chmod -R u=rwX,go=rX model_repository" in " ".join(instructions("RUN"))
+    assert "chown" not in " ".join(line for line in final.splitlines()
+                                   if not line.lstrip().startswith("#"))
+
+
 def test_final_stage_takes_the_runtime_environment_that_make_runtime_built():
     final = DOCKERFILE.read_text().split("FROM ${TRITON_IMAGE}\n", 1)[1]
     assert "COPY --from=build /opt/kyc /opt/kyc" in final
@@ -165,5 +184,19 @@ def test_the_readmes_cpu_run_line_is_the_one_the_image_tests_run():
         "KYC_ADMIN_KEY", "KYC_TOKEN_KEY"]
     tests = (PROJECT_ROOT / "tests" / "integration" / "test_image.py").read_text()
     for option in ('"--network", "host", "--shm-size=1g"', '"-e", f"KYC_ADMIN_KEY=',
-                   '"-e", f"KYC_TOKEN_KEY=', "--http-port", "--grpc-port", "--metrics-port"):
+                   '"-e", f"KYC_TOKEN_KEY=', "--http-port", "--grpc-port", "--metrics-port",
+                   '"--host", options.address'):
         assert option in tests, option
+    # the host's network: only loopback, as on_free_ports gives the tests
+    assert run[run.index("--host") + 1] == "127.0.0.1"
+
+
+def test_the_readmes_production_run_publishes_on_loopback_hardened_as_the_image_tests():
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    block = readme.split("## Production (GPU)", 1)[1].split("```", 2)[1].replace("\\\n", " ")
+    run = shlex.split(next(line for line in block.splitlines() if "docker run" in line))
+    assert run[run.index("-p") + 1] == "127.0.0.1:8000-8003:8000-8003"
+    tests = (PROJECT_ROOT / "tests" / "integration" / "test_image.py").read_text()
+    flags = list(ast.literal_eval(re.search(r"^HARDENED = (\(.*?\))$", tests, re.M | re.S)[1]))
+    assert " ".join(flags) in " ".join(run), "README runs the image as test_image.py does"
+    assert {"--read-only", "ALL", "no-new-privileges", "1000:1000"} <= set(flags)

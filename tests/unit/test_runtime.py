@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 import sys
 from pathlib import Path
 
@@ -12,6 +13,8 @@ import pytest
 from kyc.runtime.server import (
     ServerOptions,
     TritonServer,
+    default_admin_key_file,
+    development_admin_key,
     free_ports,
     production_problems,
     remove_shm_regions,
@@ -72,8 +75,9 @@ def test_command_line_runs_poll_mode_on_the_chosen_ports_with_a_locked_repositor
         "--metrics-port=3",
         f"--model-repository={tmp_path}",
         f"--backend-directory={assembled.backend_dir}",
-        "--http-restricted-api=model-repository:admin-key=sekret",
-        "--grpc-restricted-protocol=model-repository:admin-key=sekret",
+        "--http-restricted-api=model-repository,shared-memory,trace,logging:admin-key=sekret",
+        "--grpc-restricted-protocol=model-repository,shared-memory,trace,logging:"
+        "admin-key=sekret",
         f"--backend-config=python,shm-region-prefix-name={server.shm_prefix}",
         f"--backend-config=python,shm-default-byte-size={64 * 2**20}",
         "--grpc-infer-allocation-pool-size=0",
@@ -149,16 +153,39 @@ def test_python_models_are_precompiled_before_the_server_sees_them(tmp_path):
     precompile_python_models(tmp_path / "missing")  # nothing there: no error
 
 
-def test_production_locks_shared_memory_trace_and_logging_apis_with_the_admin_key(
-    assembled, tmp_path
+@pytest.mark.parametrize("production", [False, True])
+def test_shared_memory_trace_and_logging_apis_need_the_admin_key_in_every_mode(
+    assembled, tmp_path, production
 ):
-    server = TritonServer(ServerOptions(tmp_path, admin_key="k" * 20, production=True))
+    server = TritonServer(ServerOptions(tmp_path, admin_key="k" * 20, production=production))
     server.install = assembled
     apis = "model-repository,shared-memory,trace,logging"
     cmd = server.command()
     assert f"--http-restricted-api={apis}:admin-key={'k' * 20}" in cmd
     assert f"--grpc-restricted-protocol={apis}:admin-key={'k' * 20}" in cmd
     assert "inference" not in apis and "health" not in apis
+
+
+def test_the_development_admin_key_is_made_once_in_a_file_only_its_owner_reads(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    assert default_admin_key_file() == tmp_path / "kyc" / "admin.key"
+    key = development_admin_key()
+    assert len(key) >= 32 and development_admin_key() == key
+    assert stat.S_IMODE(default_admin_key_file().stat().st_mode) == 0o600
+
+
+def test_every_port_listens_on_loopback_unless_another_address_is_given(assembled, tmp_path):
+    from kyc.cli import build_parser
+
+    server = TritonServer(ServerOptions(tmp_path))
+    server.install = assembled
+    cmd = server.command()
+    for flag in ("--http-address", "--grpc-address", "--metrics-address"):
+        assert f"{flag}=127.0.0.1" in cmd
+    assert build_parser().parse_args(["serve"]).address == "127.0.0.1"
+    assert build_parser().parse_args(["serve", "--host", "0.0.0.0"]).address == "0.0.0.0"
 
 
 @pytest.mark.parametrize(("admin_key", "env", "problems"), [

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kyc.cli.repo import DEFAULT_REPOSITORY, DEFAULT_STATUS_PORT
+from kyc.runtime.server import DEFAULT_HOST
 
 
 # -- the parser ---------------------------------------------------------------------
@@ -37,7 +38,11 @@ def _add_server_options(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--http-port", type=int, default=8000)
     serve.add_argument("--grpc-port", type=int, default=8001)
     serve.add_argument("--metrics-port", type=int, default=8002)
-    serve.add_argument("--address", default="0.0.0.0", help="address to listen on")
+    serve.add_argument("--host", "--address", dest="address", metavar="ADDRESS",
+                       default=DEFAULT_HOST,
+                       help="address HTTP, gRPC, metrics and the repository status listen "
+                            "on (default: this machine only; 0.0.0.0: every interface, as "
+                            "the image does)")
     serve.add_argument("--poll-secs", type=int, default=2, help="repository poll interval")
     serve.add_argument(
         "--triton-home",
@@ -48,7 +53,9 @@ def _add_server_options(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--admin-key-env",
         default="KYC_ADMIN_KEY",
-        help="environment variable holding the model-repository API key",
+        help="environment variable holding the admin key (model-repository, shared-memory, "
+             "trace and logging APIs); unset outside --production: a random key in "
+             "~/.config/kyc/admin.key (made on first start, mode 0600)",
     )
     serve.add_argument("--log-file", type=Path, default=None, help="server log (default: stderr)")
     serve.add_argument("--log-verbose", type=int, default=0)
@@ -81,8 +88,7 @@ def _add_lifecycle_options(serve: argparse.ArgumentParser) -> None:
              "server with exit code 3 (Triton 2.51 does not restart them); 0: off")
     serve.add_argument(
         "--production", action="store_true",
-        help="refuse to start without KYC_ADMIN_KEY (>= 16 characters) and a token key; "
-             "the shared-memory, trace and logging APIs need the admin key too "
+        help="refuse to start without KYC_ADMIN_KEY (>= 16 characters) and a token key "
              "(also set by KYC_PRODUCTION=1; the image's mode)")
 
 
@@ -131,6 +137,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     production = args.production or os.environ.get("KYC_PRODUCTION", "") in ("1", "true")
     if production and _production_refused(admin_key):
         return 1
+    key_origin = f"${args.admin_key_env}"
+    if admin_key is None:
+        admin_key, key_origin = _development_admin_key()
     server = _make_server(args, repository, admin_key, production)
     signals = _Signals().install()
     started = time.monotonic()
@@ -139,7 +148,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return refused
     if not _wait_ready(server, args, signals, started):
         return 0 if signals.received else 1
-    _print_banner(server, args, repository, admin_key, production, started)
+    _print_banner(server, repository, key_origin, production, started)
     stopped = _supervise(server, args, signals)
     if stopped is not None:
         return stopped
@@ -171,6 +180,13 @@ def _check_repository(args: argparse.Namespace, repository: Path) -> int | None:
         file=sys.stderr,
     )
     return 1
+
+
+def _development_admin_key() -> tuple[str, str]:
+    """The admin key from its file (made on first start) and where it came from."""
+    from kyc.runtime.server import default_admin_key_file, development_admin_key
+
+    return development_admin_key(), str(default_admin_key_file())
 
 
 def _production_refused(admin_key: str | None) -> bool:
@@ -260,8 +276,8 @@ def _server_version(http_url: str) -> str:
         return "?"
 
 
-def _print_banner(server: Any, args: argparse.Namespace, repository: Path,
-                  admin_key: str | None, production: bool, started: float) -> None:
+def _print_banner(server: Any, repository: Path, key_origin: str, production: bool,
+                  started: float) -> None:
     options = server.options
     try:
         models = server.index()
@@ -278,9 +294,8 @@ def _print_banner(server: Any, args: argparse.Namespace, repository: Path,
         + (", ".join(f"{m['name']}:{m.get('version', '?')} {m.get('state', '?')}" for m in models)
            or "none")
         + f"\n  repository {repository} " + _repository_mode(server) + "\n"
-        "  model-repository API: "
-        + (f"key from ${args.admin_key_env}" if admin_key else "locked (no key set)")
-        + (f"\n  production: {options.restricted_apis} APIs need the key" if production else "")
+        f"  {options.restricted_apis} APIs: admin key from {key_origin}"
+        + ("\n  production: keys required" if production else "")
         + f"\n  liveness token key id {server.token_key_id} (the same on every replica)"
         + "\nPress Ctrl-C to stop.",
         flush=True,

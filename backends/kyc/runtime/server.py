@@ -41,10 +41,15 @@ _SHM_PREFIX_RE = re.compile(r"^kyc_(\d+)_[0-9a-f]{6}_")
 _ADMISSION_RE = re.compile(r"^kyc_(\d+)_admission_[a-z_]+$")
 
 
-# Locked by the admin key in production: loading models, client-registered shared
-# memory (a client could map server memory), tracing and log settings. Left open:
-# health, metadata, inference, model-config, statistics (timings only; `kyc bench`).
-PRODUCTION_RESTRICTED = ("model-repository", "shared-memory", "trace", "logging")
+# Locked by the admin key, in development too: loading models, client-registered
+# shared memory (a client could map server memory), tracing and log settings. Left
+# open: health, metadata, inference, model-config, statistics (timings only; `kyc bench`).
+# tritonserver 2.51 takes the key only on its command line ("<apis>:admin-key=<key>"):
+# any local user can read it in /proc/<pid>/cmdline; there is no file or variable form.
+RESTRICTED_APIS = ("model-repository", "shared-memory", "trace", "logging")
+# Where kyc serve listens unless told otherwise (--host): this machine only. The image
+# and deploy/ pass --host 0.0.0.0 themselves.
+DEFAULT_HOST = "127.0.0.1"
 MIN_ADMIN_KEY_CHARS = 16
 # The Python backend's shared-memory region of each stub, through which every tensor
 # to and from the stub goes: created this large (a sparse file: a page costs memory
@@ -69,6 +74,19 @@ def default_token_key_file() -> Path:
     """``$XDG_CONFIG_HOME/kyc/token.key`` (``~/.config/kyc/token.key``)."""
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "kyc" / "token.key"
+
+
+def default_admin_key_file() -> Path:
+    """``admin.key`` beside the token key file (``~/.config/kyc/admin.key``)."""
+    return default_token_key_file().with_name("admin.key")
+
+
+def development_admin_key(path: Path | None = None) -> str:
+    """The admin key of a server started without one: random, made on first start into
+    a file only its owner reads (as the token key), so local tools can use it."""
+    from kyc.liveness.token import create_key_file
+
+    return create_key_file(path or default_admin_key_file()).read_text().strip()
 
 
 def production_problems(admin_key: str | None, env: dict[str, str]) -> list[str]:
@@ -114,7 +132,7 @@ class ServerOptions:
     http_port: int = 8000
     grpc_port: int = 8001
     metrics_port: int = 8002
-    address: str = "0.0.0.0"
+    address: str = DEFAULT_HOST
     poll_secs: int = 2
     # "poll": new version folders are picked up (production, `kyc serve`);
     # "explicit": every model loaded at start, then only through the model-control
@@ -135,8 +153,7 @@ class ServerOptions:
     # file is created on first start (token_key_file).
     require_token_key: bool = False
     token_key_file: Path | None = None
-    # Production (`kyc serve --production`, the image): besides the model-repository
-    # API, the shared-memory, trace and logging APIs need the admin key too.
+    # Production (`kyc serve --production`, the image): the keys are required.
     production: bool = False
     # Poll mode: Triton reads a live copy that only kyc.repo.live writes, from
     # complete, checked folders of model_repository (hand-dropped versions are safe);
@@ -161,7 +178,7 @@ class ServerOptions:
     @property
     def restricted_apis(self) -> str:
         """The APIs that need the admin key (Triton's restricted-API categories)."""
-        return ",".join(PRODUCTION_RESTRICTED if self.production else ("model-repository",))
+        return ",".join(RESTRICTED_APIS)
 
     @property
     def client_host(self) -> str:
@@ -320,8 +337,8 @@ class TritonServer:
         self.triton_home = triton_home
         self.log_file = log_file
         self.shm_prefix = f"kyc_{os.getpid()}_{secrets.token_hex(3)}_"
-        # Without a key given, the model-repository API is locked by one nobody
-        # else knows (poll mode needs no API to pick up new versions).
+        # Without a key given, the restricted APIs are locked by one nobody else
+        # knows (poll mode needs no API to pick up new versions).
         self.admin_key = options.admin_key or secrets.token_urlsafe(24)
         self.process: subprocess.Popen[bytes] | None = None
         self.token_key_id: str | None = None
