@@ -1,10 +1,10 @@
 """Decoding client images safely: limits checked on the header, before any pixel is decoded.
 
 Encoded bytes come from clients, so every image is first checked against a byte
-limit, then opened lazily (Pillow reads only the header), its format and pixel
-count checked, and only then decoded. EXIF orientation is applied, so every
-coordinate this package reports is in the pixels of the image as it is meant
-to be displayed. Large JPEGs are decoded straight at a reduced scale (libjpeg's
+limit, then opened lazily (Pillow reads only the header), its format, pixel count
+and pixels per encoded byte checked, and only then decoded. EXIF orientation is
+applied, so every coordinate this package reports is in the pixels of the image as
+it is meant to be displayed. Large JPEGs are decoded straight at a reduced scale (libjpeg's
 DCT scaling) when they exceed ``work_max_side``; :class:`DecodedImage` keeps
 the factor that maps working pixels back to input pixels.
 """
@@ -20,6 +20,16 @@ from PIL import Image, ImageOps
 
 ALLOWED_FORMATS = frozenset({"JPEG", "PNG", "WEBP"})
 
+# Declared pixels per encoded byte: what a client's byte buys of the server's decoding.
+# Measured (docs/reliability.md): the test photos 3.5-4.6, `kyc eval samples`' documents
+# up to 10.6 and liveness frames up to 7.0 (JPEG), frames of the project's videos up to
+# 52 (WebP of a frame upscaled 4x, smoother than any camera's); a 1-bit PNG of 6300x6300
+# black pixels 8080 (4.9 KB), an all-black 8-bit RGB PNG about 340. About twice the
+# highest real figure.
+MAX_PIXELS_PER_BYTE = 100.0
+# Smaller images are cheap however well they compress (and tiny test PNGs do).
+RATIO_FROM_PIXELS = 1_000_000
+
 
 class ImageError(ValueError):
     """The request's image cannot be used; the message says why (no image content)."""
@@ -33,6 +43,8 @@ class ImageLimits:
     max_pixels: int
     # Decoded images larger than this (longest side) are reduced while decoding.
     work_max_side: int
+    # Past RATIO_FROM_PIXELS, refused above this many declared pixels per byte; 0: no bound.
+    max_pixels_per_byte: float = MAX_PIXELS_PER_BYTE
 
 
 @dataclass(frozen=True)
@@ -70,7 +82,16 @@ def _open(data: bytes, limits: ImageLimits) -> Image.Image:
             f"the image header declares {width}x{height} pixels, more than the limit of "
             f"{limits.max_pixels}"
         )
+    _check_density(width * height, len(data), limits.max_pixels_per_byte)
     return image
+
+
+def _check_density(pixels: int, size: int, limit: float) -> None:
+    """A decompression bomb: far more pixels than real images pack in ``size`` bytes."""
+    if limit > 0 and pixels > RATIO_FROM_PIXELS and pixels > limit * size:
+        raise ImageError(
+            f"the image header declares {pixels} pixels for {size} bytes, more than "
+            f"{limit:g} pixels per byte (a decompression bomb)")
 
 
 def decode_image(data: bytes, limits: ImageLimits) -> DecodedImage:

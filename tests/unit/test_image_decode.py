@@ -130,3 +130,66 @@ def test_other_formats_are_refused_by_name():
     Image.fromarray(marked_image()).save(buffer, format="BMP")
     with pytest.raises(ImageError, match="BMP is not accepted"):
         decode_image(buffer.getvalue(), LIMITS)
+
+
+# -- pixels per encoded byte: the attacker pays for the server's decoding --------------
+PHOTO = ImageLimits(max_bytes=20 << 20, max_pixels=40_000_000, work_max_side=1600)
+
+
+def refuse_decoding(monkeypatch):
+    """Any pixel decoded fails the test: a refusal must come from the header."""
+    from PIL import ImageFile
+
+    def load(self):
+        raise AssertionError("pixels were decoded")
+
+    monkeypatch.setattr(ImageFile.ImageFile, "load", load)
+
+
+def test_a_1_bit_png_of_6300x6300_pixels_in_5_kb_is_refused_on_its_header_as_a_bomb(
+        monkeypatch):
+    import hostile
+    from kyc.image import check_image
+
+    bomb = hostile.genuine_png_bomb(6300)
+    assert len(bomb) < 5000 and 6300 * 6300 < PHOTO.max_pixels  # under the pixel limit
+    refuse_decoding(monkeypatch)
+    for check in (decode_image, check_image):
+        with pytest.raises(ImageError, match=r"39690000 pixels for \d+ bytes, more than 100 "
+                                             r"pixels per byte"):
+            check(bomb, PHOTO)
+
+
+def test_an_image_of_at_most_1_mp_passes_however_well_it_compresses():
+    black = encode(np.zeros((1000, 1000, 3), np.uint8))
+    assert 1000 * 1000 / len(black) > 100
+    assert decode_image(black, PHOTO).pixels.shape == (1000, 1000, 3)
+    with pytest.raises(ImageError, match="pixels per byte"):
+        decode_image(encode(np.zeros((1000, 1001, 3), np.uint8)), PHOTO)
+
+
+def test_the_real_photos_pack_fewer_than_10_pixels_per_byte():
+    from kyc.assets.fetch import fetch_test_photos
+
+    for role, path in fetch_test_photos().items():
+        if path.suffix == ".jpg":
+            data = path.read_bytes()
+            width, height = Image.open(io.BytesIO(data)).size
+            assert width * height / len(data) < 10, role
+
+
+def test_a_real_camera_frame_of_4k_passes_as_a_liveness_frame_and_more_pixels_do_not():
+    from kyc.assets.fetch import fetch_test_data
+    from kyc.eval.liveness_samples import jpeg, read_clip
+    from kyc.intake import IntakeSettings
+    from kyc.liveness.session import LivenessSettings
+
+    frame = read_clip(fetch_test_data("face_videos")["woman_turning"])[20]
+    uhd = np.asarray(Image.fromarray(frame).resize((3840, 2160), Image.Resampling.BICUBIC))
+    limits = LivenessSettings().frame_limits(IntakeSettings().image_limits(448))
+    assert limits.max_pixels == 3840 * 2160 < IntakeSettings().max_image_pixels
+    decoded = decode_image(jpeg(uhd), limits)
+    assert decoded.input_size == (3840, 2160) and max(decoded.pixels.shape) == 448
+    with pytest.raises(ImageError, match="3841x2160 pixels, more than the limit of 8294400"):
+        decode_image(png_header_only(3841, 2160), limits)
+    decode_image(jpeg(np.asarray(Image.fromarray(uhd).resize((3841, 2160)))), PHOTO)

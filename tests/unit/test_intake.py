@@ -117,7 +117,8 @@ def test_the_client_image_limits_are_defined_once_by_the_intake_and_read_by_the_
     for model in ("face_preprocess", "ocr_preprocess"):
         after = parameters(model)
         assert after["limits_model"] == "kyc_intake", model
-        assert not {"max_image_bytes", "max_image_pixels"} & set(after), model
+        assert not {"max_image_bytes", "max_image_pixels", "max_pixels_per_byte"} & set(
+            after), model
     # what the steps decode with is the intake's
     from kyc.document.step import OcrPreprocessStep
     from kyc.face.step import FacePreprocessStep
@@ -125,8 +126,8 @@ def test_the_client_image_limits_are_defined_once_by_the_intake_and_read_by_the_
 
     local = LocalRepository(SHIPPED_REPOSITORY)
     face = FacePreprocessStep.from_context(local.context("face_preprocess"))
-    assert (face.preprocessor.limits.max_bytes, face.preprocessor.limits.max_pixels) == (
-        intake.max_image_bytes, intake.max_image_pixels)
+    assert face.preprocessor.limits == intake.image_limits(
+        face.preprocessor.settings.work_max_side)
     ocr = OcrPreprocessStep.from_context(local.context("ocr_preprocess"))
     assert ocr.client_limits == intake
 

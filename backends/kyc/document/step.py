@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from kyc.document.ocr import DocumentReader, OcrSettings, TextLine, document_report
-from kyc.image import ImageError, ImageLimits, decode_image, letterbox
+from kyc.image import ImageError, decode_image, letterbox
 from kyc.intake import IntakeSettings
 from kyc.intake.admission import TicketReturns
 from kyc.pipeline.modelconfig import Repository
@@ -60,8 +60,7 @@ def prepare_page(data: bytes, settings: PreprocessSettings,
                  client_limits: IntakeSettings | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(canvas, scale): the decoded image fitted into the canvas, and canvas pixels per
     input pixel along x and y."""
-    owner = client_limits or IntakeSettings()
-    limits = ImageLimits(owner.max_image_bytes, owner.max_image_pixels, settings.work_max_side)
+    limits = (client_limits or IntakeSettings()).image_limits(settings.work_max_side)
     decoded = decode_image(data, limits)
     canvas, box = letterbox(decoded.pixels, settings.canvas_size, settings.short_step)
     scale = np.array([box.scale_x, box.scale_y], np.float32) / decoded.scale

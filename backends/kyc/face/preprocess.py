@@ -40,7 +40,7 @@ from kyc.face.align import FACE_SIZE, template_error, warp_face
 from kyc.face.geometry import choose_face, unrotate_box, unrotate_points
 from kyc.face.quality import face_quality
 from kyc.face.retinaface import Detections, detect_batch
-from kyc.image import DecodedImage, ImageError, ImageLimits, decode_image, letterbox
+from kyc.image import DecodedImage, ImageError, decode_image, letterbox
 from kyc.intake import IntakeSettings
 from kyc.pipeline.step import StepError
 
@@ -123,9 +123,7 @@ class FacePreprocessor:
         self.settings = settings
         self.detector = detector
         self.context = context
-        owner = client_limits or IntakeSettings()
-        self.limits = ImageLimits(owner.max_image_bytes, owner.max_image_pixels,
-                                  settings.work_max_side)
+        self.limits = (client_limits or IntakeSettings()).image_limits(settings.work_max_side)
 
     def run(self, images: Sequence[bytes]) -> list[FaceResult | ImageError | FaceProcessingError]:
         """One result per encoded image, in order; bad images get their own ImageError,

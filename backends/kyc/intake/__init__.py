@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from kyc.image import ImageError, ImageLimits, check_image
+from kyc.image import MAX_PIXELS_PER_BYTE, ImageError, ImageLimits, check_image
 from kyc.intake.admission import TICKET_TENSOR, AdmissionSettings
 
 IMAGE_INPUTS = ("DOCUMENT_IMAGE", "SELFIE_IMAGE")
@@ -32,6 +32,7 @@ OUTPUT_PREFIX = "CHECKED_"  # each output: its input, passed on unchanged
 ENTRY_OF_IMAGES = {IMAGE_INPUTS: "kyc_ensemble", IMAGE_INPUTS[:1]: "document_ocr"}
 
 ADMISSION_OUTPUT = TICKET_TENSOR  # the request's tickets, to its last step (int64 [3])
+SEAL_OUTPUT = "SEAL"  # each row's seal, to the steps that check it (kyc.pipeline.seal)
 _ADMISSION = AdmissionSettings()
 
 
@@ -43,7 +44,8 @@ class IntakeSettings:
     defaults there; each entry's target latency follows its budget in ``kyc.budgets``)."""
 
     max_image_bytes: int = 20 * 1024 * 1024
-    max_image_pixels: int = 40_000_000
+    max_image_pixels: int = 40_000_000  # a photo's (a liveness frame has its own)
+    max_pixels_per_byte: float = MAX_PIXELS_PER_BYTE  # a decompression bomb's mark
     admission: bool = _ADMISSION.enabled
     admission_ttl_s: float = _ADMISSION.ttl_s
     admission_initial_limit: float = _ADMISSION.initial_limit
@@ -52,7 +54,12 @@ class IntakeSettings:
 
     @property
     def limits(self) -> ImageLimits:
-        return ImageLimits(self.max_image_bytes, self.max_image_pixels, work_max_side=0)
+        return self.image_limits(work_max_side=0)
+
+    def image_limits(self, work_max_side: int) -> ImageLimits:
+        """These limits, for a step that works at ``work_max_side`` (0: checks only)."""
+        return ImageLimits(self.max_image_bytes, self.max_image_pixels, work_max_side,
+                           self.max_pixels_per_byte)
 
     def admission_settings(self, entry: str) -> AdmissionSettings:
         return replace(_ADMISSION, enabled=self.admission, ttl_s=self.admission_ttl_s,

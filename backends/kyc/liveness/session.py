@@ -63,12 +63,13 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import cv2
 import numpy as np
 
 from kyc.face.quality import head_pose
+from kyc.image import MAX_PIXELS_PER_BYTE, ImageLimits
 from kyc.liveness.challenge import (
     GUIDANCE,
     MOVES,
@@ -153,6 +154,17 @@ class LivenessSettings:
     start_window_s: float = 600.0
     token_ttl_s: float = 300.0
     max_image_bytes: int = 4 * 1024 * 1024
+    # A frame is a camera's: 4K UHD, the largest video mode of phones and webcams (the
+    # page sends 480 pixels a side). A photo's 40 MP let one 4.9 KB PNG frame cost
+    # 0.9 s of CPU and 460 MiB (docs/reliability.md).
+    max_image_pixels: int = 3840 * 2160
+    max_pixels_per_byte: float = MAX_PIXELS_PER_BYTE
+
+    def frame_limits(self, photo: ImageLimits) -> ImageLimits:
+        """The face path's limits for a photo, narrowed to a camera frame's."""
+        return replace(photo, max_bytes=min(photo.max_bytes, self.max_image_bytes),
+                       max_pixels=min(photo.max_pixels, self.max_image_pixels),
+                       max_pixels_per_byte=self.max_pixels_per_byte)
 
     def check(self) -> None:
         """Refuse settings that cannot work together (at initialize)."""

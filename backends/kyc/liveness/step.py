@@ -108,6 +108,8 @@ class LivenessStep:
             detector_size=self.settings.detector_size, try_rotations=self.settings.try_rotations,
             work_max_side=self.settings.work_max_side, head_pose=False)
         self.face = face_preprocessor(context, face, self._crops)
+        # the face path checks a photo's limits; a frame is held to a camera's
+        self.face.limits = self.settings.frame_limits(self.face.limits)
         self.embed = context.callee(self.settings.embedding_model, ["EMBEDDING"])
         self.mesh = context.callee(self.settings.landmark_model, ["MESH", "PRESENCE"])
         self.antispoof = (context.callee(self.settings.antispoof_model, ["REAL"])
