@@ -7,6 +7,7 @@ import json
 import os
 import queue
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -38,7 +39,7 @@ class ServeProcess:
         self.proc = subprocess.Popen(
             [*KYC, "serve", "--model-repository", str(repository),
              "--http-port", str(self.ports["http"]), "--grpc-port", str(self.ports["grpc"]),
-             "--metrics-port", str(self.ports["metrics"]), "--address", "127.0.0.1",
+             "--metrics-port", str(self.ports["metrics"]), "--host", "127.0.0.1",
              "--status-port", str(self.ports["status"]),
              "--log-file", str(self.log), *extra],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -319,5 +320,25 @@ def test_production_locks_repository_and_shared_memory_apis_and_serves_inference
         finally:
             client.close()
         assert _http(base + "/health/ready") == 200
+    finally:
+        process.close()
+
+
+def test_development_locks_shared_memory_trace_and_logging_with_a_key_file_only_its_owner_reads(
+    repository, tmp_path
+):
+    env = {k: v for k, v in os.environ.items() if k != "KYC_ADMIN_KEY"}
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
+    process = ServeProcess(repository, tmp_path, env=env)
+    try:
+        banner = process.wait_for_line("APIs need the admin key")
+        key_file = tmp_path / "config" / "kyc" / "admin.key"
+        assert "shared-memory,trace,logging" in banner and str(key_file) in banner
+        assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+        base = f"http://{process.http_url}/v2"
+        for path in ("/systemsharedmemory/status", "/logging", "/trace/setting"):
+            assert _http(base + path) == 403, path
+        assert _http(base + "/systemsharedmemory/status", key=key_file.read_text().strip()) == 200
+        assert _http(base + "/models/echo/ready") == 200  # tools that only infer: unchanged
     finally:
         process.close()

@@ -294,8 +294,8 @@ def _print_banner(server: Any, repository: Path, key_origin: str, production: bo
         + (", ".join(f"{m['name']}:{m.get('version', '?')} {m.get('state', '?')}" for m in models)
            or "none")
         + f"\n  repository {repository} " + _repository_mode(server) + "\n"
-        f"  {options.restricted_apis} APIs: admin key from {key_origin}"
-        + ("\n  production: keys required" if production else "")
+        f"  {options.restricted_apis} APIs need the admin key, from {key_origin}"
+        + ("; production: keys required" if production else "")
         + f"\n  liveness token key id {server.token_key_id} (the same on every replica)"
         + "\nPress Ctrl-C to stop.",
         flush=True,
