@@ -82,7 +82,7 @@ def serve_options(args: list[str]):
 def test_every_resource_of_an_overlay_validates_strictly_against_the_kubernetes_schemas(target):
     resources = rendered(target)
     kinds = sorted({r["kind"] for r in resources})
-    assert kinds == ["Deployment", "HorizontalPodAutoscaler", "Namespace",
+    assert kinds == ["Deployment", "HorizontalPodAutoscaler", "Namespace", "NetworkPolicy",
                      "PersistentVolumeClaim", "PodDisruptionBudget", "Service"]
     for resource in resources:
         assert kubernetes_validate.validate(resource, KUBERNETES_VERSION, strict=True)
@@ -90,8 +90,8 @@ def test_every_resource_of_an_overlay_validates_strictly_against_the_kubernetes_
 
 def test_the_kubernetes_resources_of_the_kserve_deployment_validate_too():
     builtin = [r for r in rendered(KSERVE) if "kserve.io" not in r["apiVersion"]]
-    assert sorted(r["kind"] for r in builtin) == ["HorizontalPodAutoscaler", "Job",
-                                                  "PersistentVolumeClaim"]
+    assert sorted({r["kind"] for r in builtin}) == ["HorizontalPodAutoscaler", "Job",
+                                                    "NetworkPolicy", "PersistentVolumeClaim"]
     for resource in builtin:
         assert kubernetes_validate.validate(resource, KUBERNETES_VERSION, strict=True)
 
@@ -295,6 +295,66 @@ def test_servers_watch_the_shared_volume_by_polling_into_a_live_copy_under_tmp(t
     scraped = {r["regex"] for job in jobs for r in job["relabel_configs"]
                if r.get("source_labels") == ["__meta_kubernetes_pod_container_port_name"]}
     assert {"metrics", "repo-status"} <= scraped and {"metrics", "repo-status"} <= ports.keys()
+
+
+# -- who reaches the servers -----------------------------------------------------------
+def server_pod_labels(target) -> dict:
+    resources = rendered(target)
+    if target == KSERVE:
+        return one(resources, "InferenceService")["spec"]["predictor"]["labels"]
+    return server(resources)["spec"]["template"]["metadata"]["labels"]
+
+
+def ingress_to_servers(target) -> tuple[list[dict], dict[int, list[dict]]]:
+    """The NetworkPolicies that select the server pods, and per port the peers let in."""
+    labels = server_pod_labels(target)
+    policies = [r for r in rendered(target) if r["kind"] == "NetworkPolicy"
+                and r["spec"]["podSelector"]["matchLabels"].items() <= labels.items()]
+    allowed: dict[int, list[dict]] = {}
+    for policy in policies:
+        assert policy["spec"]["policyTypes"] == ["Ingress"]
+        for rule in policy["spec"].get("ingress", []):
+            assert rule.get("from") and rule.get("ports"), "a rule without both lets all in"
+            for port in rule["ports"]:
+                allowed.setdefault(port["port"], []).extend(rule["from"])
+    return policies, allowed
+
+
+@pytest.mark.parametrize("target", (*OVERLAYS, KSERVE))
+def test_only_web_pods_reach_http_and_grpc_and_only_prometheus_the_metrics(target):
+    policies, allowed = ingress_to_servers(target)
+    assert any("ingress" not in p["spec"] for p in policies), "no default deny"
+    triton, _ = server_container_and_volumes(target)
+    ports = {p["name"]: p["containerPort"] for p in triton["ports"]}
+    assert set(allowed) == set(dockerfile()["expose"]) == set(ports.values())
+    for name in ("http", "grpc"):
+        assert allowed[ports.get(name, ports.get("h2c"))] == [
+            {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "kyc-web"}}}]
+    for name in ("metrics", "repo-status"):
+        (peer,) = allowed[ports[name]]
+        assert peer["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "prometheus"}
+        assert "kubernetes.io/metadata.name" in peer["namespaceSelector"]["matchLabels"]
+
+
+def test_the_web_pods_are_the_ones_the_policy_lets_reach_triton():
+    _, allowed = ingress_to_servers(WEB)
+    web = one(rendered(WEB), "Deployment", "kyc-web")["spec"]["template"]["metadata"]["labels"]
+    assert allowed[8001][0]["podSelector"]["matchLabels"].items() <= web.items()
+    assert not allowed[8001][0]["podSelector"]["matchLabels"].items() <= \
+        server_pod_labels(WEB).items()
+
+
+def test_the_kserve_inference_service_is_reachable_inside_the_cluster_only():
+    labels = one(rendered(KSERVE), "InferenceService", "kyc")["metadata"]["labels"]
+    assert labels["networking.kserve.io/visibility"] == "cluster-local"
+    assert labels["networking.knative.dev/visibility"] == "cluster-local"
+
+
+@pytest.mark.parametrize("target", (*OVERLAYS, KSERVE))
+def test_the_servers_listen_on_every_interface_of_the_pod_by_the_images_own_option(target):
+    triton, _ = server_container_and_volumes(target)
+    assert "--host" not in triton["args"] and "--address" not in triton["args"]
+    assert serve_options(triton["args"]).address == "0.0.0.0"
 
 
 # -- selection and scaling ------------------------------------------------------------
