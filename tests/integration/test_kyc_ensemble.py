@@ -19,6 +19,7 @@ from datetime import date, timedelta
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
 from PIL import Image
 
 from kyc.assets.fetch import fetch_test_photos
@@ -212,3 +213,49 @@ def test_a_bad_image_is_refused_at_intake_before_any_other_step_of_its_request_r
     assert after["face_preprocess"] == (before["face_preprocess"][0] + 2,
                                         before["face_preprocess"][1])
     assert after["ocr_preprocess"] == (before["ocr_preprocess"][0] + 1, before["ocr_preprocess"][1])
+
+
+def _tensor(name: str, array: np.ndarray) -> grpcclient.InferInput:
+    dtype = {np.dtype(np.object_): "BYTES", np.dtype(np.bool_): "BOOL",
+             np.dtype(np.uint8): "UINT8", np.dtype(np.int32): "INT32",
+             np.dtype(np.int64): "INT64"}[array.dtype]
+    tensor = grpcclient.InferInput(name, list(array.shape), dtype)
+    tensor.set_data_from_numpy(array)
+    return tensor
+
+
+def _call(client, model: str, arrays: dict) -> dict:
+    result = client.infer(model, [_tensor(k, v) for k, v in arrays.items()])
+    return {o.name: result.as_numpy(o.name) for o in result.get_response().outputs}
+
+
+def test_internal_steps_called_directly_give_no_verdict(client, photos):
+    """The review's forgery, repeated as written: kyc_decision called with faces the
+    caller chose (its own selfie's, attested by the public face_preprocess) and a
+    DOCUMENT naming a made-up surname, with a forged ticket, then with a real ticket
+    and seal that kyc_intake gave for other images. Each is refused: no verdict."""
+    selfie = photos["person_a_2"].read_bytes()
+    face = _call(client, "face_preprocess", {"IMAGE": np.array([[selfie]], dtype=np.object_)})
+    made_up = {"mrz": {"format": "TD3", "lines": ["x", "y"], "valid": True,
+                       "checks": {"document_number": True, "birth_date": True,
+                                  "expiry_date": True, "optional_data": True,
+                                  "composite": True}},
+               "fields": {"surname": "MADEUP", "given_names": "ANNA", "birth_date": "1990-01-01",
+                          "expiry_date": "2031-01-01", "document_number": "X1"}}
+    text = lambda v: np.array([[json.dumps(v).encode()]], dtype=np.object_)  # noqa: E731
+    forged = {"LIVENESS_TOKEN": np.array([[b""]], dtype=np.object_),
+              "DOCUMENT": text(made_up), "TEXT_LINES": text([]),
+              "DOCUMENT_ATTESTATION": np.array([[b""]], dtype=np.object_),
+              "ADMISSION": np.array([[0, 0, 1]], np.int64),
+              "SEAL": np.array([[b""]], dtype=np.object_)}
+    for prefix in ("DOC_", "SELFIE_"):
+        for name in ("FACE", "FACE_FOUND", "NUM_FACES", "QUALITY", "ATTESTATION"):
+            forged[prefix + name] = face[name]
+    with pytest.raises(InferenceServerException, match="did not come through kyc_ensemble"):
+        _call(client, "kyc_decision", forged)
+    intake = _call(client, "kyc_intake", {
+        "DOCUMENT_IMAGE": np.array([[document(photos, 5)]], dtype=np.object_),
+        "SELFIE_IMAGE": np.array([[selfie]], dtype=np.object_)})
+    with pytest.raises(InferenceServerException, match="not of the images kyc_intake sealed"):
+        _call(client, "kyc_decision", {**forged, "ADMISSION": intake["ADMISSION"],
+                                       "SEAL": intake["SEAL"]})

@@ -12,7 +12,10 @@ import pytest
 from kyc.decision.features import FEATURES
 from kyc.decision.policy import DecisionSettings
 from kyc.decision.step import DecisionStep
+from kyc.document.step import DOCUMENT_ATTESTED, DOCUMENT_KIND
+from kyc.face.step import ATTESTATION_KIND, ATTESTED
 from kyc.liveness.token import KEY_BYTES, TokenSealer
+from kyc.pipeline.seal import Sealer
 from kyc.pipeline.step import Request, RequestError
 
 TODAY = date(2026, 11, 22)
@@ -29,22 +32,54 @@ def text(value) -> np.ndarray:
     return np.array([[json.dumps(value).encode()]], dtype=np.object_)
 
 
+CUSTODY = Sealer(secrets.token_bytes(32))
+NOW = 1_800_000_000.0
+IMAGES = {"DOC_": b"document image", "SELFIE_": b"selfie image"}
+
+
+def sealed(arrays: dict, sealer: Sealer = CUSTODY) -> dict:
+    """``arrays`` with the seal and attestations the pipeline would have given them."""
+    from kyc.pipeline.seal import digest
+
+    ticket = (0, -1, -1)
+    out = {**arrays, "ADMISSION": np.array([ticket], np.int64),
+           "SEAL": np.array([[sealer.seal(ticket, NOW, IMAGES["DOC_"], IMAGES["SELFIE_"])
+                              .encode()]], dtype=np.object_)}
+    for prefix, image in IMAGES.items():
+        if all(prefix + n in arrays for n in ATTESTED):
+            out[prefix + "ATTESTATION"] = np.array([[sealer.attest(
+                ATTESTATION_KIND, digest(image),
+                {n: arrays[prefix + n][0] for n in ATTESTED}).encode()]], dtype=np.object_)
+    if all(n in arrays for n in DOCUMENT_ATTESTED):
+        out["DOCUMENT_ATTESTATION"] = np.array([[sealer.attest(
+            DOCUMENT_KIND, digest(IMAGES["DOC_"]),
+            {n: arrays[n][0] for n in DOCUMENT_ATTESTED}).encode()]], dtype=np.object_)
+    return out
+
+
 def request(**changes) -> Request:
-    """kyc_decision's inputs for one customer (batch of 1): both faces found, the
-    same embedding, a valid MRZ, no liveness token."""
-    embedding = np.array([[1.0, 0.0, 0.0, 0.0]], np.float32)
-    arrays = {"DOC_FACE_FOUND": np.array([[True]]), "DOC_EMBEDDING": embedding,
+    """kyc_decision's inputs for one customer (batch of 1), as the pipeline seals and
+    attests them: both faces found (the same face), a valid MRZ, no liveness token."""
+    face = np.zeros((1, 112, 112, 3), np.uint8)
+    arrays = {"DOC_FACE_FOUND": np.array([[True]]), "DOC_FACE": face,
               "DOC_NUM_FACES": np.array([[1]], np.int32), "DOC_QUALITY": text({}),
-              "SELFIE_FACE_FOUND": np.array([[True]]), "SELFIE_EMBEDDING": embedding,
+              "SELFIE_FACE_FOUND": np.array([[True]]), "SELFIE_FACE": face,
               "SELFIE_NUM_FACES": np.array([[1]], np.int32), "SELFIE_QUALITY": text({}),
               "DOCUMENT": text(DOCUMENT), "TEXT_LINES": text([]),
               "LIVENESS_TOKEN": np.array([[b""]], dtype=np.object_)}
-    return Request({k: v for k, v in {**arrays, **changes}.items() if v is not None})
+    return Request(sealed({k: v for k, v in {**arrays, **changes}.items() if v is not None}))
+
+
+def embed(faces: np.ndarray) -> np.ndarray:
+    """A stand-in embedding: the unit vector of a face's first pixel's red value."""
+    out = np.zeros((len(faces), 4), np.float32)
+    out[np.arange(len(faces)), faces[:, 0, 0, 0].astype(int) % 4] = 1.0
+    return out
 
 
 def step(score) -> DecisionStep:
     return DecisionStep(DecisionSettings(), 0.363, TokenSealer(secrets.token_bytes(KEY_BYTES)),
-                        score, today=lambda: TODAY)
+                        score, embed, CUSTODY, today=lambda: TODAY, clock=lambda: NOW + 1)
 
 
 def test_a_batch_is_scored_by_one_antifraud_call_and_a_bad_request_answers_alone():
@@ -86,3 +121,49 @@ def test_the_lines_read_as_the_mrz_are_its_confidence_and_not_the_visual_zone():
     assert features["mrz_confidence"] == pytest.approx(0.7)
     # without MRZ lines in DOCUMENT, no reading counts as the MRZ
     assert json.loads(no_mrz["REPORT"][0, 0])["fraud_features"]["mrz_confidence"] == 0.0
+
+
+def _refused(answer) -> bool:
+    return isinstance(answer, RequestError) and "did not come through kyc_ensemble" in str(answer)
+
+
+def test_a_request_the_pipeline_did_not_seal_and_attest_is_refused_before_anything_is_read():
+    """The review's attack: kyc_decision called directly with the caller's own faces and
+    a DOCUMENT of its own writing."""
+    def score(features):
+        raise AssertionError("antifraud must not be asked")
+
+    forged = dict(request().inputs)
+    for name in ("SEAL", "DOC_ATTESTATION", "SELFIE_ATTESTATION", "DOCUMENT_ATTESTATION"):
+        answer, = step(score).run([Request({k: v for k, v in forged.items() if k != name})])
+        assert _refused(answer), name
+    other_key = Request(sealed(dict(forged), Sealer(secrets.token_bytes(32))))
+    assert _refused(step(score).run([other_key])[0])
+
+
+def test_an_edited_document_or_a_face_of_another_image_breaks_the_chain():
+    def score(features):
+        return np.zeros((len(features), 1), np.float32)
+
+    honest = dict(request().inputs)
+    made_up = {**DOCUMENT, "fields": {**DOCUMENT["fields"], "surname": "MADEUP"}}
+    assert _refused(step(score).run([Request({**honest, "DOCUMENT": text(made_up)})])[0])
+    other_face = np.full((1, 112, 112, 3), 1, np.uint8)
+    assert _refused(step(score).run([Request({**honest, "SELFIE_FACE": other_face})])[0])
+    swapped = {**honest, "DOC_ATTESTATION": honest["SELFIE_ATTESTATION"]}  # the selfie's image
+    assert _refused(step(score).run([Request(swapped)])[0])
+    assert not isinstance(step(score).run([Request(honest)])[0], Exception)
+
+
+def test_a_stale_seal_is_refused_and_a_refused_request_gives_back_no_ticket():
+    given_back = []
+
+    class Returns:
+        def give_back_requests(self, requests, now):
+            given_back.extend(requests)
+
+    late = DecisionStep(DecisionSettings(), 0.363, TokenSealer(secrets.token_bytes(KEY_BYTES)),
+                        lambda f: np.zeros((len(f), 1), np.float32), embed, CUSTODY,
+                        today=lambda: TODAY, admission=Returns(),
+                        clock=lambda: NOW + DecisionSettings().seal_max_age_s + 1)
+    assert _refused(late.run([request()])[0]) and given_back == []

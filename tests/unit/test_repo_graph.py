@@ -190,8 +190,8 @@ def test_bls_and_settings_edges_follow_the_model_parameters(graph):
         ("ocr_fields", p(p("ocr_fields")["settings_model"])["rec_model"], BLS,
          "settings_model.rec_model"),
         ("kyc_decision", p("kyc_decision")["antifraud_model"], BLS, "antifraud_model"),
-        # its embeddings come from the ensemble: it only reads the match threshold
-        ("kyc_decision", p("kyc_decision")["embedding_model"], SETTINGS, "embedding_model"),
+        # it embeds the attested faces itself (kyc.decision.custody), by its threshold
+        ("kyc_decision", p("kyc_decision")["embedding_model"], BLS, "embedding_model"),
         # it reads face_preprocess's settings and calls the detector they name itself
         ("liveness_sequence", live["face_model"], SETTINGS, "face_model"),
         ("liveness_sequence", face["detector_model"], BLS, "face_model.detector_model"),

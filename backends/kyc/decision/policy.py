@@ -62,6 +62,9 @@ class DecisionSettings:
     # A live token from a session without passive PAD approves (true) or goes to
     # review (false): see the module docstring.
     approve_without_passive_pad: bool = False
+    # kyc_intake's seal is refused past this age (kyc.pipeline.seal): longer than any
+    # customer's time in the pipeline (the SLA is 8 s), short for a replay
+    seal_max_age_s: float = 60.0
 
 
 @dataclass(frozen=True)

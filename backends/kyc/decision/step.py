@@ -1,6 +1,9 @@
 """``kyc_decision``: the last step of ``kyc_ensemble``.
 
-Per ``execute``: for every request, the face match (cosine of the two embeddings),
+Per ``execute``: every request's chain of custody (:mod:`kyc.decision.custody`: a
+request that did not come through ``kyc_ensemble`` is refused before anything of it
+is read); ONE BLS call to ``face_embedding`` with the attested faces of the whole
+batch; then for every request the face match (cosine of the two embeddings),
 the liveness token (opened with the shared key: genuine, unexpired, live, and the
 selfie is the face it holds), the document (MRZ checks, expiry, age, visual zone
 against MRZ); then ONE BLS call to ``antifraud`` with the feature vectors of the
@@ -24,20 +27,24 @@ from typing import Any
 
 import numpy as np
 
+from kyc.decision.custody import check_custody
 from kyc.decision.features import FEATURES, FEATURES_VERSION, Observation, vector
 from kyc.decision.policy import DecisionSettings, Findings, LivenessEvidence, decide
 from kyc.intake.admission import TicketReturns
 from kyc.liveness.token import TokenError, TokenExpiredError, TokenSealer, load_key
 from kyc.pipeline.modelconfig import Repository
+from kyc.pipeline.seal import Sealer, pipeline_sealer
 from kyc.pipeline.step import Answer, Request, RequestError, StepContext, require
 
 log = logging.getLogger(__name__)
 
 # The antifraud model: [N, len(FEATURES)] float32 feature vectors -> N fraud scores.
 FraudScorer = Callable[[np.ndarray], np.ndarray]
+# The embedding model: [N, 112, 112, 3] uint8 aligned faces -> [N, D] embeddings.
+Embedder = Callable[[np.ndarray], np.ndarray]
 
-INPUTS = ("DOC_FACE_FOUND", "DOC_EMBEDDING", "DOC_NUM_FACES", "DOC_QUALITY",
-          "SELFIE_FACE_FOUND", "SELFIE_EMBEDDING", "SELFIE_NUM_FACES", "SELFIE_QUALITY",
+INPUTS = ("DOC_FACE_FOUND", "DOC_FACE", "DOC_NUM_FACES", "DOC_QUALITY",
+          "SELFIE_FACE_FOUND", "SELFIE_FACE", "SELFIE_NUM_FACES", "SELFIE_QUALITY",
           "DOCUMENT", "TEXT_LINES", "LIVENESS_TOKEN")
 
 
@@ -79,15 +86,19 @@ class DecisionStep:
     """
 
     def __init__(self, settings: DecisionSettings, match_threshold: float,
-                 sealer: TokenSealer, score: FraudScorer,
-                 today: Callable[[], date] = date.today,
-                 admission: TicketReturns | None = None) -> None:
+                 sealer: TokenSealer, score: FraudScorer, embed: Embedder,
+                 custody: Sealer, today: Callable[[], date] = date.today,
+                 admission: TicketReturns | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
         self.match_threshold = match_threshold
         self.sealer = sealer
         self.score = score
+        self.embed = embed
+        self.custody = custody  # checks the pipeline's seal and attestations
         self.today = today
         self.admission = admission  # kyc_intake's tickets, given back here
+        self.clock = clock
 
     @classmethod
     def from_context(cls, context: StepContext) -> DecisionStep:
@@ -98,24 +109,44 @@ class DecisionStep:
             context.repository.parameters(settings.embedding_model)["match_threshold"])
         check_antifraud_features(context.repository, settings.antifraud_model)
         antifraud = context.callee(settings.antifraud_model, ["FRAUD_SCORE"])
+        embedder = context.callee(settings.embedding_model, ["EMBEDDING"])
+        custody = pipeline_sealer(context.environ)
+        if custody is None:  # load_key above raised already; kept for the type
+            raise RuntimeError("kyc_decision needs the token key")
         return cls(settings, match_threshold, TokenSealer(load_key(context.environ)),
                    lambda features: antifraud({"FEATURES": features})["FRAUD_SCORE"],
+                   lambda faces: embedder({"FACE": faces})["EMBEDDING"], custody,
                    admission=TicketReturns() if context.in_server else None)
 
     def give_back(self, requests: Sequence[Request]) -> None:
         """Give back the admission tickets of the customers of ``requests`` (their work
         is done but for this step's)."""
         if self.admission is not None:
-            self.admission.give_back_requests(requests, time.time())
+            self.admission.give_back_requests(requests, self.clock())
 
     def run(self, requests: Sequence[Request]) -> list[Answer]:
         """One answer per request, in order."""
-        self.give_back(requests)
-        today = self.today()
-        prepared: list[Any] = []
+        now = self.clock()
+        checked: list[Any] = []
         for request in requests:
             try:
-                prepared.append(self._prepare(request.inputs, today))
+                checked.append(check_custody(self.custody, request.inputs, now,
+                                             self.settings.seal_max_age_s))
+            except RequestError as exc:
+                checked.append(RequestError(f"kyc_decision: {exc}"))
+        self.give_back([r for r, c in zip(requests, checked, strict=True)
+                        if not isinstance(c, Exception)])  # a forged ticket is not given back
+        ok = [r.inputs for r, c in zip(requests, checked, strict=True)
+              if not isinstance(c, Exception)]
+        embeddings = iter(self._embeddings(ok))
+        today = self.today()
+        prepared: list[Any] = []
+        for request, check in zip(requests, checked, strict=True):
+            if isinstance(check, Exception):
+                prepared.append(check)
+                continue
+            try:
+                prepared.append(self._prepare(request.inputs, next(embeddings), today))
             except (RequestError, ValueError, KeyError) as exc:
                 prepared.append(RequestError(f"kyc_decision: {exc}"))
             except Exception as exc:  # this request only (reported by its type)
@@ -135,18 +166,27 @@ class DecisionStep:
             k += 1
         return answers
 
+    def _embeddings(self, inputs: list[Mapping[str, np.ndarray]]
+                    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(document, selfie) embeddings of each request's attested faces, one call."""
+        if not inputs:
+            return []
+        faces = np.stack([a[name][0] for a in inputs for name in ("DOC_FACE", "SELFIE_FACE")])
+        out = np.asarray(self.embed(faces), np.float32).reshape(len(faces), -1)
+        return [(out[2 * k], out[2 * k + 1]) for k in range(len(inputs))]
+
     @staticmethod
     def _fraud_scores(features: list[np.ndarray], score: FraudScorer) -> np.ndarray:
         if not features:
             return np.zeros(0, np.float32)
         return np.asarray(score(np.stack(features)), np.float32).reshape(-1)
 
-    def _prepare(self, arrays: Mapping[str, np.ndarray], today: date) -> dict[str, Any]:
+    def _prepare(self, arrays: Mapping[str, np.ndarray],
+                 embeddings: tuple[np.ndarray, np.ndarray], today: date) -> dict[str, Any]:
         require(arrays, INPUTS)
         doc_found = bool(arrays["DOC_FACE_FOUND"].reshape(-1)[0])
         selfie_found = bool(arrays["SELFIE_FACE_FOUND"].reshape(-1)[0])
-        doc_emb = arrays["DOC_EMBEDDING"].reshape(-1).astype(np.float32)
-        selfie_emb = arrays["SELFIE_EMBEDDING"].reshape(-1).astype(np.float32)
+        doc_emb, selfie_emb = embeddings
         match = float(np.dot(doc_emb, selfie_emb)) if doc_found and selfie_found else -1.0
         document = json.loads(_text(arrays["DOCUMENT"], 0))
         lines = json.loads(_text(arrays["TEXT_LINES"], 0))

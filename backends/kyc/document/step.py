@@ -24,6 +24,7 @@ from kyc.image import ImageError, decode_image, letterbox
 from kyc.intake import IntakeSettings
 from kyc.intake.admission import TicketReturns
 from kyc.pipeline.modelconfig import Repository
+from kyc.pipeline.seal import Sealer, SealError, digest, pipeline_sealer, text_of
 from kyc.pipeline.step import (
     Answer,
     Request,
@@ -38,6 +39,11 @@ from kyc.pipeline.step import (
 log = logging.getLogger(__name__)
 
 PAGE_INPUTS = ("CANVAS", "PROB_MAP", "SCALE")
+# Under attestations (kyc.pipeline.seal): ocr_preprocess's canvas and scale, checked by
+# ocr_fields (its optional input CANVAS_ATTESTATION), and what ocr_fields read of them.
+CANVAS_ATTESTED, CANVAS_KIND = ("CANVAS", "SCALE"), "canvas"
+DOCUMENT_ATTESTED, DOCUMENT_KIND = ("DOCUMENT", "TEXT_LINES"), "document"
+CANVAS_ATTESTATION = "CANVAS_ATTESTATION"
 
 
 @dataclass(frozen=True)
@@ -68,14 +74,17 @@ def prepare_page(data: bytes, settings: PreprocessSettings,
 
 
 class OcrPreprocessStep:
-    def __init__(self, settings: PreprocessSettings, client_limits: IntakeSettings) -> None:
+    def __init__(self, settings: PreprocessSettings, client_limits: IntakeSettings,
+                 sealer: Sealer | None = None) -> None:
         self.settings = settings
         self.client_limits = client_limits
+        self.sealer = sealer  # None: no token key, nothing attested
 
     @classmethod
     def from_context(cls, context: StepContext) -> OcrPreprocessStep:
         settings = context.settings(PreprocessSettings)
-        return cls(settings, context.model_settings(IntakeSettings, settings.limits_model))
+        return cls(settings, context.model_settings(IntakeSettings, settings.limits_model),
+                   pipeline_sealer(context.environ))
 
     def run(self, requests: Sequence[Request]) -> list[Answer]:
         # Decoding is per image; the models run batched later.
@@ -83,14 +92,16 @@ class OcrPreprocessStep:
 
     def _page(self, request: Request) -> Answer:
         try:
-            pages = [prepare_page(d, self.settings, self.client_limits)
-                     for d in encoded_items(request.inputs, "IMAGE")]
+            images = encoded_items(request.inputs, "IMAGE")
+            pages = [prepare_page(d, self.settings, self.client_limits) for d in images]
         except (RequestError, ImageError) as exc:
             return RequestError(f"IMAGE: {exc}")
         except Exception as exc:  # this request only
             return exc
-        return {"CANVAS": _stacked([p[0] for p in pages]),
-                "SCALE": np.stack([p[1] for p in pages])}
+        out = {"CANVAS": _stacked([p[0] for p in pages]), "SCALE": np.stack([p[1] for p in pages])}
+        return {**out, "ATTESTATION": text_tensor([
+            self.sealer.attest(CANVAS_KIND, digest(image), {n: out[n][row] for n in CANVAS_ATTESTED})
+            if self.sealer is not None else "" for row, image in enumerate(images)])}
 
 
 def _stacked(canvases: list[np.ndarray]) -> np.ndarray:
@@ -120,7 +131,7 @@ def _pages(request: Request) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     return [(canvas[i], prob[i], scale[i]) for i in range(len(canvas))]
 
 
-def _answer(read: Sequence[list[TextLine]]) -> Answer:
+def _answer(read: Sequence[list[TextLine]]) -> dict[str, np.ndarray]:
     return {"TEXT_LINES": text_tensor([json.dumps([line.to_json() for line in lines])
                                        for lines in read]),
             "DOCUMENT": text_tensor([json.dumps(document_report(lines)) for lines in read])}
@@ -131,9 +142,11 @@ class OcrPostprocessStep:
     ``kyc_ensemble``): the page's lines read and parsed. In ``document_ocr`` it then
     gives back the request's admission tickets (optional input ``ADMISSION``)."""
 
-    def __init__(self, reader: DocumentReader, admission: TicketReturns | None = None) -> None:
+    def __init__(self, reader: DocumentReader, admission: TicketReturns | None = None,
+                 sealer: Sealer | None = None) -> None:
         self.reader = reader
         self.admission = admission
+        self.sealer = sealer  # None: no token key, nothing attested
 
     @classmethod
     def from_context(cls, context: StepContext) -> OcrPostprocessStep:
@@ -146,11 +159,41 @@ class OcrPostprocessStep:
         alphabet = rec_alphabet(context.repository, settings.rec_model)
         return cls(DocumentReader(settings, alphabet,
                                   lambda batch: recogniser({"IMAGES": batch})["PROBS"]),
-                   TicketReturns() if context.in_server else None)
+                   TicketReturns() if context.in_server else None,
+                   pipeline_sealer(context.environ))
 
     def run(self, requests: Sequence[Request]) -> list[Answer]:
         try:
-            return batched(requests, _pages, self.reader.read, _answer)
+            return batched(requests, self._pages, self._read, self._answer)
         finally:  # after the reading, most of a document's time
             if self.admission is not None:
                 self.admission.give_back_requests(requests, time.time())
+
+    def _pages(self, request: Request) -> list[tuple[tuple, str | None]]:
+        """Each page of ``request`` with the digest of the image its canvas attestation
+        names (None: the request has none, as in document_ocr)."""
+        pages = _pages(request)
+        if CANVAS_ATTESTATION not in request.inputs:
+            return [(page, None) for page in pages]
+        if self.sealer is None:
+            raise RequestError(f"{CANVAS_ATTESTATION}: this server holds no key to check it")
+        attestations = request.inputs[CANVAS_ATTESTATION]
+        try:
+            return [(page, self.sealer.attested_image(
+                        CANVAS_KIND, text_of(attestations, row),
+                        dict(zip(CANVAS_ATTESTED, (page[0], page[2]), strict=True))))
+                    for row, page in enumerate(pages)]
+        except (SealError, IndexError) as exc:
+            raise RequestError(f"{CANVAS_ATTESTATION}: {exc}") from None
+
+    def _read(self, pages: list[tuple[tuple, str | None]]) -> list:
+        return list(zip(self.reader.read([page for page, _ in pages]),
+                        [image for _, image in pages], strict=True))
+
+    def _answer(self, mine: list) -> Answer:
+        """The lines read; attested when the canvas was (ocr_fields in kyc_ensemble)."""
+        out = _answer([lines for lines, _ in mine])
+        return {**out, "ATTESTATION": text_tensor([
+            self.sealer.attest(DOCUMENT_KIND, image, {n: out[n][row] for n in DOCUMENT_ATTESTED})
+            if self.sealer is not None and image is not None else ""
+            for row, (_, image) in enumerate(mine)])}

@@ -16,7 +16,16 @@ from kyc.face import preprocess
 from kyc.face.preprocess import FacePreprocessor, FaceSettings, result_tensors
 from kyc.image import ImageError
 from kyc.intake import IntakeSettings
-from kyc.pipeline.step import Answer, Request, RequestError, StepContext, batched, encoded_items
+from kyc.pipeline.seal import Sealer, digest, pipeline_sealer
+from kyc.pipeline.step import (
+    Answer,
+    Request,
+    RequestError,
+    StepContext,
+    batched,
+    encoded_items,
+    text_tensor,
+)
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +50,15 @@ def face_preprocessor(context: StepContext, settings: FaceSettings,
                             context.model_settings(IntakeSettings, settings.limits_model))
 
 
+# What kyc_decision reads of this step, under its attestation (kyc.pipeline.seal)
+ATTESTED = ("FACE", "FACE_FOUND", "NUM_FACES", "QUALITY")
+ATTESTATION_KIND = "face"
+
+
 class FacePreprocessStep:
-    def __init__(self, preprocessor: FacePreprocessor) -> None:
+    def __init__(self, preprocessor: FacePreprocessor, sealer: Sealer | None = None) -> None:
         self.preprocessor = preprocessor
+        self.sealer = sealer  # None: no token key, nothing attested
 
     @classmethod
     def from_context(cls, context: StepContext) -> FacePreprocessStep:
@@ -51,11 +66,23 @@ class FacePreprocessStep:
         log.info("%s: detector %s at %dx%d, score >= %.2f", context.model,
                  settings.detector_model, settings.detector_size, settings.detector_size,
                  settings.score_threshold)
-        return cls(face_preprocessor(context, settings))
+        return cls(face_preprocessor(context, settings), pipeline_sealer(context.environ))
 
     def run(self, requests: Sequence[Request]) -> list[Answer]:
         return batched(requests, lambda r: encoded_items(r.inputs, "IMAGE"),
-                       self.preprocessor.run, _answer)
+                       lambda images: list(zip(self.preprocessor.run(images), images,
+                                               strict=True)),
+                       self._answer)
+
+    def _answer(self, mine: list) -> Answer:
+        answer = _answer([result for result, _ in mine])
+        if isinstance(answer, Exception):
+            return answer
+        answer["ATTESTATION"] = text_tensor([
+            self.sealer.attest(ATTESTATION_KIND, digest(image),
+                               {name: answer[name][row] for name in ATTESTED})
+            if self.sealer is not None else "" for row, (_, image) in enumerate(mine)])
+        return answer
 
 
 def _answer(mine: list) -> Answer:

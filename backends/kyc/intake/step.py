@@ -23,6 +23,7 @@ import numpy as np
 
 from kyc.intake import (
     ADMISSION_OUTPUT,
+    SEAL_OUTPUT,
     ENTRY_OF_IMAGES,
     IMAGE_INPUTS,
     OUTPUT_PREFIX,
@@ -30,6 +31,7 @@ from kyc.intake import (
     check_images,
 )
 from kyc.intake.admission import ENTRIES, AdmissionMetrics, SharedAdmission
+from kyc.pipeline.seal import Sealer, pipeline_sealer
 from kyc.pipeline.step import (
     Answer,
     Request,
@@ -38,6 +40,7 @@ from kyc.pipeline.step import (
     UnavailableError,
     batched,
     encoded_items,
+    text_tensor,
 )
 
 NO_TICKET = (-1, -1, -1)  # admission off (or outside a server)
@@ -65,8 +68,9 @@ class IntakeStep:
     def __init__(self, settings: IntakeSettings,
                  admission: Mapping[str, SharedAdmission] | None = None,
                  metrics: AdmissionMetrics | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, sealer: Sealer | None = None) -> None:
         self.settings = settings
+        self.sealer = sealer  # None: no token key, the rows go unsealed
         self.admission = admission  # entry -> its shared state; None: admission off
         self.metrics = metrics or AdmissionMetrics("kyc_intake", "1", publish=False)
         self.clock = clock
@@ -78,12 +82,25 @@ class IntakeStep:
                       for entry in ENTRIES}
                      if settings.admission and context.in_server else None)
         return cls(settings, admission,
-                   AdmissionMetrics(context.model, context.version, context.in_server))
+                   AdmissionMetrics(context.model, context.version, context.in_server),
+                   sealer=pipeline_sealer(context.environ))
 
     def run(self, requests: Sequence[Request]) -> list[Answer]:
         answers = batched(requests, _rows, self._check, _answer)
-        return [self._admit(a, ENTRY_OF_IMAGES[_names(r)]) if isinstance(a, dict) else a
-                for r, a in zip(requests, answers, strict=True)]
+        admitted = [self._admit(a, ENTRY_OF_IMAGES[_names(r)]) if isinstance(a, dict) else a
+                    for r, a in zip(requests, answers, strict=True)]
+        return [self._sealed(a) if isinstance(a, dict) else a for a in admitted]
+
+    def _sealed(self, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``outputs`` with each row's seal (:mod:`kyc.pipeline.seal`): its ticket, now,
+        and its images' digests, for the steps after this one to check."""
+        now = self.clock()
+        images = [outputs.get(OUTPUT_PREFIX + name) for name in IMAGE_INPUTS]
+        seals = [self.sealer.seal(tuple(int(v) for v in ticket), now, images[0][row, 0],
+                                  None if images[1] is None else images[1][row, 0])
+                 if self.sealer is not None else ""
+                 for row, ticket in enumerate(outputs[ADMISSION_OUTPUT])]
+        return {**outputs, SEAL_OUTPUT: text_tensor(seals)}
 
     def _admit(self, outputs: dict[str, np.ndarray], entry: str) -> Answer:
         """``outputs`` with a ticket per row, or the request refused (UNAVAILABLE)."""

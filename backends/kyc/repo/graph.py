@@ -95,7 +95,7 @@ USES: dict[str, dict[str, Use]] = {
                     "settings_model": Use(SETTINGS, acts_as=OCR_POST_STEP)},
     "kyc.decision.step:DecisionStep": {
         "antifraud_model": Use(BLS),
-        "embedding_model": Use(SETTINGS),  # match_threshold; the embeddings are inputs
+        "embedding_model": Use(BLS),  # the attested faces; and its match_threshold
     },
     "kyc.liveness.step:LivenessStep": {
         "face_model": Use(SETTINGS, acts_as=FACE_STEP),
