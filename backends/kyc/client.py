@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from kyc.channel import Channel, as_channel
 from kyc.liveness.client import (
     CAMERA_FPS,
     MOVE_TRIES,
@@ -235,19 +236,22 @@ class KycClient:
     """Blocking client; one per thread (or share it: tritonclient's gRPC client is
     thread-safe for infer)."""
 
-    def __init__(self, url: str = "localhost:8001", timeout_s: float = DEFAULT_TIMEOUT_S,
-                 retry: RetryPolicy = DEFAULT_RETRY):
+    def __init__(self, url: str | Channel = "localhost:8001",
+                 timeout_s: float = DEFAULT_TIMEOUT_S, retry: RetryPolicy = DEFAULT_RETRY):
         import tritonclient.grpc as grpcclient
 
-        self.url, self.timeout_s, self.retry, self._grpc = url, timeout_s, retry, grpcclient
-        self._client = grpcclient.InferenceServerClient(url)
+        self.channel = as_channel(url)  # TLS and headers too (kyc.channel)
+        self.url, self.timeout_s, self.retry, self._grpc = (self.channel.url, timeout_s, retry,
+                                                            grpcclient)
+        self._client = self.channel.grpc_client(grpcclient)
 
     def _infer(self, model: str, inputs: list) -> Any:
         """One idempotent request, retried per ``self.retry``."""
 
         def once() -> Any:
             try:
-                return self._client.infer(model, inputs, client_timeout=self.timeout_s)
+                return self._client.infer(model, inputs, client_timeout=self.timeout_s,
+                                          headers=self.channel.metadata)
             except Exception as exc:
                 raise _translate(exc) from None
 
@@ -285,7 +289,7 @@ class KycClient:
         reply)`` sees every frame's reply as it comes. Never retried (the session's state
         lives on the server): on an error, start a new session from START."""
         replies = [_checked(r) for r in perform_session(
-            self.url, perform, sequence_id, on_reply, fps, client_id, customer_id)]
+            self.channel, perform, sequence_id, on_reply, fps, client_id, customer_id)]
         if len(replies) == 1:
             raise KycInputError("no frames to send")
         return LivenessSession(replies[0].status["challenge"], replies)
@@ -295,7 +299,7 @@ class KycClient:
         """Recorded frames played as they are (for a server loaded with the challenge
         they hold, as ``kyc eval liveness`` does; a served model draws each session's
         challenge, which no recording holds in advance)."""
-        replies = [_checked(r) for r in run_session(self.url, lambda _: frames, sequence_id,
+        replies = [_checked(r) for r in run_session(self.channel, lambda _: frames, sequence_id,
                                                     None, fps)]
         if len(replies) == 1:
             raise KycInputError("no frames to send")
@@ -309,7 +313,7 @@ class KycClient:
         ``push(frame)`` each frame, ``poll()`` the replies (progress: the next move once
         one is done, and the words to show), ``end(frame)`` for the verdict. Close it
         (``with``): a capture closed without END ends its session on the server."""
-        capture = LivenessCapture(self.url, sequence_id, self.timeout_s, client_id,
+        capture = LivenessCapture(self.channel, sequence_id, self.timeout_s, client_id,
                                   customer_id)
         try:
             capture.start()
@@ -345,20 +349,23 @@ def _checked(reply: LivenessReply | Exception) -> LivenessReply:
 class AsyncKycClient:
     """asyncio client (tritonclient.grpc.aio)."""
 
-    def __init__(self, url: str = "localhost:8001", timeout_s: float = DEFAULT_TIMEOUT_S,
-                 retry: RetryPolicy = DEFAULT_RETRY):
+    def __init__(self, url: str | Channel = "localhost:8001",
+                 timeout_s: float = DEFAULT_TIMEOUT_S, retry: RetryPolicy = DEFAULT_RETRY):
         import tritonclient.grpc as grpcclient
         import tritonclient.grpc.aio as aioclient
 
-        self.url, self.timeout_s, self.retry, self._grpc = url, timeout_s, retry, grpcclient
-        self._client = aioclient.InferenceServerClient(url)
+        self.channel = as_channel(url)
+        self.url, self.timeout_s, self.retry, self._grpc = (self.channel.url, timeout_s, retry,
+                                                            grpcclient)
+        self._client = self.channel.grpc_client(aioclient)
 
     async def _infer(self, model: str, inputs: list) -> Any:
         """One idempotent request, retried per ``self.retry``."""
 
         async def once() -> Any:
             try:
-                return await self._client.infer(model, inputs, client_timeout=self.timeout_s)
+                return await self._client.infer(model, inputs, client_timeout=self.timeout_s,
+                                                headers=self.channel.metadata)
             except Exception as exc:
                 raise _translate(exc) from None
 
@@ -380,7 +387,7 @@ class AsyncKycClient:
                                customer_id: str | None = None) -> AsyncLivenessCapture:
         """As :meth:`KycClient.liveness_capture`, for asyncio: ``await push(frame)``,
         ``async for reply in replies()``, ``await end(frame)``; ``await close()``."""
-        capture = AsyncLivenessCapture(self.url, sequence_id, self.timeout_s, client_id,
+        capture = AsyncLivenessCapture(self.channel, sequence_id, self.timeout_s, client_id,
                                        customer_id)
         try:
             await capture.start()

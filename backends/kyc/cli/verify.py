@@ -46,11 +46,42 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                              "(a demo: frames made by software, see SECURITY.md)")
     verify.add_argument("--url", default="127.0.0.1:8001", help="gRPC host:port")
     verify.add_argument("--timeout", type=float, default=60.0, help="seconds per request")
+    _add_channel_options(verify)
     verify.set_defaults(func=cmd_verify)
 
     samples = sub.add_parser("samples", help="write sample files for kyc verify")
     samples.add_argument("--out", type=Path, default=Path("samples"), metavar="DIR")
     samples.set_defaults(func=cmd_samples)
+
+
+def _add_channel_options(parser: argparse.ArgumentParser) -> None:
+    """TLS and headers: a server behind an authenticating TLS ingress (kyc.channel)."""
+    parser.add_argument("--tls", action="store_true",
+                        help="gRPC over TLS, checked against the system's CAs (or --ca-file)")
+    parser.add_argument("--ca-file", type=Path, metavar="PEM",
+                        help="the CA certificates that sign the server's (implies --tls)")
+    parser.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
+                        type=_header,
+                        help="sent with every call, e.g. 'authorization: Bearer ...' "
+                             "(repeatable)")
+
+
+def _header(text: str) -> tuple[str, str]:
+    from kyc.channel import parse_header
+
+    try:
+        return parse_header(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def channel_of(args: argparse.Namespace):
+    """The :class:`kyc.channel.Channel` that ``--url``, ``--tls``, ``--ca-file`` and
+    ``--header`` describe."""
+    from kyc.channel import Channel
+
+    return Channel(args.url, ssl=args.tls or args.ca_file is not None,
+                   root_certificates=args.ca_file, headers=tuple(args.header))
 
 
 def _progress(text: str, end: str = "\n") -> None:
@@ -64,11 +95,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
         document, selfie = args.document.read_bytes(), args.selfie.read_bytes()
         recorded = [p.read_bytes() for p in args.frames] if args.frames else None
         demo = args.demo_frames_from.read_bytes() if args.demo_frames_from else None
+        if args.ca_file is not None:
+            args.ca_file.read_bytes()  # tritonclient would raise a bare OSError for it
     except OSError as exc:
         _progress(f"kyc verify: cannot read {exc.filename}: {exc.strerror}")
         return EXIT_ERROR
     try:
-        with KycClient(args.url, timeout_s=args.timeout) as client:
+        with KycClient(channel_of(args), timeout_s=args.timeout) as client:
             token = b""
             if recorded is not None or demo is not None:
                 token = _liveness(client, args.url, recorded, demo)

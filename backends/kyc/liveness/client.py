@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from kyc.channel import Channel, as_channel
+
 log = logging.getLogger(__name__)
 
 MODEL = "liveness_sequence"
@@ -109,13 +111,14 @@ def start_parameters(client_id: str | None = None, customer_id: str | None = Non
 class LivenessStream:
     """One gRPC stream; any number of sessions may share it (each its own id)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str | Channel) -> None:
         import tritonclient.grpc as grpcclient
 
-        self.client = grpcclient.InferenceServerClient(url)
+        channel = as_channel(url)
+        self.client = channel.grpc_client(grpcclient)
         self.replies: queue.Queue = queue.Queue()
         self.client.start_stream(callback=lambda result, error: self.replies.put(
-            (result, error)))
+            (result, error)), headers=channel.metadata)
 
     def send(self, sequence_id: int | str, frame: bytes, start: bool = False,
              end: bool = False, model_version: str = "",
@@ -156,7 +159,7 @@ class LivenessCapture:
     own error reply; the session goes on. One gRPC stream per capture.
     """
 
-    def __init__(self, url: str, sequence_id: int | str | None = None,
+    def __init__(self, url: str | Channel, sequence_id: int | str | None = None,
                  timeout_s: float = TIMEOUT_S, client_id: str | None = None,
                  customer_id: str | None = None, parameters: dict | None = None) -> None:
         self.sequence_id = sequence_id if sequence_id is not None else uuid.uuid4().hex
@@ -256,7 +259,7 @@ class AsyncLivenessCapture:
     start()``, ``await push(frame)``, ``async for reply in replies()`` (as they come,
     until END's), ``await end(frame)``. Use ``async with``."""
 
-    def __init__(self, url: str, sequence_id: int | str | None = None,
+    def __init__(self, url: str | Channel, sequence_id: int | str | None = None,
                  timeout_s: float = TIMEOUT_S, client_id: str | None = None,
                  customer_id: str | None = None) -> None:
         import asyncio
@@ -267,7 +270,8 @@ class AsyncLivenessCapture:
         self.timeout_s = timeout_s
         self.parameters = start_parameters(client_id, customer_id)
         self.started: LivenessReply | None = None
-        self._client = aioclient.InferenceServerClient(url)
+        self._channel = as_channel(url)
+        self._client = self._channel.grpc_client(aioclient)
         self._requests: asyncio.Queue = asyncio.Queue()
         self._replies: asyncio.Queue = asyncio.Queue()
         self._pump: asyncio.Task | None = None
@@ -357,7 +361,8 @@ class AsyncLivenessCapture:
         """Every reply into the queue; returns the last one (END's verdict)."""
         last = None
         try:
-            async for result, error in self._client.stream_infer(self._requests_sent()):
+            async for result, error in self._client.stream_infer(self._requests_sent(),
+                                                                 headers=self._channel.metadata):
                 last = error if error is not None else LivenessReply.from_result(result)
                 await self._replies.put(last)
         except Exception as exc:  # the stream broke: its error is the last reply
@@ -396,7 +401,7 @@ Perform = Callable[[str | None], Sequence[bytes]]
 MOVE_TRIES = 3  # a move not seen is made again, as a person told "a little more" does
 
 
-def perform_session(url: str, perform: Perform, sequence_id: int | str | None = None,
+def perform_session(url: str | Channel, perform: Perform, sequence_id: int | str | None = None,
                     on_reply: Callable[[int, int, LivenessReply], None] | None = None,
                     fps: float | None = CAMERA_FPS, client_id: str | None = None,
                     customer_id: str | None = None, max_moves: int = 8
@@ -453,7 +458,7 @@ def perform_session(url: str, perform: Perform, sequence_id: int | str | None = 
         return replies
 
 
-def run_session(url: str, make_frames: Callable[[dict], Sequence[bytes]],
+def run_session(url: str | Channel, make_frames: Callable[[dict], Sequence[bytes]],
                 sequence_id: int | str | None = None,
                 on_reply: Callable[[int, int, LivenessReply], None] | None = None,
                 fps: float | None = CAMERA_FPS, parameters: dict | None = None

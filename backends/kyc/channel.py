@@ -1,0 +1,46 @@
+"""How a client reaches the server: its address, TLS, and headers sent on every call.
+
+A server behind an authenticating TLS ingress (an API gateway, a service mesh) needs
+both: ``ssl`` with the ingress's CA (``root_certificates``, a PEM file) and, say, an
+``authorization`` header. The SDK, the liveness streams and ``kyc verify`` take a
+:class:`Channel` wherever they take a ``host:port``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Channel:
+    url: str = "localhost:8001"
+    ssl: bool = False
+    root_certificates: Path | None = None  # PEM; None with ssl: the system's CAs
+    headers: tuple[tuple[str, str], ...] = ()  # gRPC metadata: lower-case names
+
+    def grpc_client(self, module: Any) -> Any:
+        """A ``module.InferenceServerClient`` (``tritonclient.grpc`` or its ``aio``)."""
+        certificates = str(self.root_certificates) if self.root_certificates else None
+        return module.InferenceServerClient(self.url, ssl=self.ssl,
+                                            root_certificates=certificates)
+
+    @property
+    def metadata(self) -> dict[str, str] | None:
+        """The headers as tritonclient's calls take them (None: none)."""
+        return dict(self.headers) or None
+
+
+def as_channel(target: str | Channel) -> Channel:
+    """A plain ``host:port`` is a channel without TLS or headers."""
+    return target if isinstance(target, Channel) else Channel(target)
+
+
+def parse_header(text: str) -> tuple[str, str]:
+    """``"Name: value"`` (curl's form) as a gRPC metadata pair; gRPC wants the name in
+    lower case and refuses a pair without a name."""
+    name, colon, value = text.partition(":")
+    if not colon or not name.strip() or any(c.isspace() for c in name.strip()):
+        raise ValueError(f"a header is 'name: value', not {text!r}")
+    return name.strip().lower(), value.strip()
