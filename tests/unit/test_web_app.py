@@ -1,11 +1,14 @@
-"""The capture page's server, its pure parts: limits, origins, words, headers.
+"""The capture page's server: limits, origins, words, headers, and /api/verify through
+the ASGI app with Triton's client stood in for.
 
 The page itself, in a real browser against a real Triton server, is
 tests/integration/test_web.py."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import json
 
 import pytest
 
@@ -17,11 +20,12 @@ from kyc.web.app import (
     WebSettings,
     advice,
     client_address,
-    decode_image_field,
+    create_app,
     ready_to_end,
     same_origin,
     static_dir,
 )
+from kyc.web.upload import decode_image_field
 
 
 class Clock:
@@ -113,16 +117,24 @@ def test_the_server_is_told_a_digest_of_the_clients_address_not_the_address():
     assert "203.0.113" not in client_pseudonym("203.0.113.9")
 
 
-def test_every_reason_the_pipeline_gives_has_plain_words():
+def test_every_reason_the_pipeline_gives_is_told_as_one_of_a_few_coarse_reasons():
     from kyc.decision.policy import REASONS
     from kyc.liveness.session import REASONS as LIVENESS_REASONS
 
-    codes = set(REASONS) | set(LIVENESS_REASONS.values())
-    assert codes <= set(words.REASON)
-    assert all(text.endswith(".") and "_" not in text for text in words.REASON.values())
-    assert words.reasons(["face_mismatch"]) == [
-        {"code": "face_mismatch", "text": words.REASON["face_mismatch"]}]
+    assert set(words.TOLD_FOR) == set(REASONS) | set(LIVENESS_REASONS.values())
+    assert set(words.TOLD_FOR.values()) - {None} == set(words.TOLD)
+    assert len(words.TOLD) <= 8
+    assert all(text.endswith(".") and "_" not in text for text in words.TOLD.values())
     assert set(words.DECISION) == {"approve", "review", "reject"}
+
+
+def test_the_person_is_told_each_coarse_reason_once_and_nothing_of_the_fraud_score():
+    told = words.reasons(["face_mismatch", "selfie_not_live_person", "high_fraud_score",
+                          "liveness_token_expired"])
+    assert told == [{"code": "face_not_matched", "text": "The face did not match the document."},
+                    {"code": "liveness_not_confirmed",
+                     "text": "The camera check could not confirm a live person."}]
+    assert words.reasons(["a_code_added_later"])[0]["code"] == "person_reviews"
 
 
 def test_an_uploaded_image_is_base64_within_its_limit():
@@ -159,3 +171,100 @@ def test_the_page_is_package_data_with_no_inline_script_and_no_other_host():
     # the testable contract of the page
     assert 'data-kyc-state="camera"' in page and 'id="kyc-decision"' in page
     assert re.search(r'<input type="file" name="document"', page)
+
+
+# -- POST /api/verify through the ASGI app, Triton's client stood in for ----------------
+def answer(decision: str = "reject", reasons=("face_mismatch", "high_fraud_score")):
+    """kyc_ensemble's answer, with every score and figure its REPORT carries."""
+    from kyc.client import Verification
+
+    return Verification(decision, list(reasons), face_match_score=0.123, liveness_score=0.456,
+                        fraud_score=0.971, report={"fraud_features": {"age": 17},
+                                                   "thresholds": {"face_match": 0.4}})
+
+
+class Ensemble:
+    """Stands in for the SDK's AsyncKycClient; ``hold`` keeps each call open until set."""
+
+    def __init__(self, hold: asyncio.Event | None = None) -> None:
+        self.hold, self.calls = hold, []
+
+    async def verify(self, document: bytes, selfie: bytes, token: bytes):
+        self.calls.append((document, selfie, token))
+        if self.hold is not None:
+            await self.hold.wait()
+        return answer()
+
+
+async def post(app, body: bytes, content_type: str) -> tuple[int, dict]:
+    """One POST /api/verify, its body in 64 KiB messages as a server passes them on (each
+    made when asked for, as a server reads them)."""
+    starts, sent = iter(range(0, max(len(body), 1), 65536)), []
+
+    async def receive():
+        at = next(starts, None)
+        if at is None:
+            return {"type": "http.disconnect"}
+        return {"type": "http.request", "body": body[at:at + 65536],
+                "more_body": at + 65536 < len(body)}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+             "method": "POST", "scheme": "http", "path": "/api/verify", "raw_path": b"",
+             "query_string": b"", "root_path": "", "client": ("192.0.2.7", 5555),
+             "server": ("127.0.0.1", 8080), "headers": [(b"content-type", content_type.encode())]}
+    await app(scope, receive, send)
+    return sent[0]["status"], json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+
+
+FORM = "multipart/form-data; boundary=b0undary"
+
+
+def form_body(**fields: bytes) -> bytes:
+    return b"".join(b'--b0undary\r\nContent-Disposition: form-data; name="%s"\r\n\r\n%s\r\n'
+                    % (name.encode(), value) for name, value in fields.items()) + b"--b0undary--"
+
+
+def test_the_browser_is_told_the_decision_and_coarse_reasons_never_a_score_or_the_report():
+    ensemble = Ensemble()
+    app = create_app(WebSettings(), kyc_client=lambda: ensemble)
+    status, body = asyncio.run(post(app, form_body(document=b"doc", selfie=b"me",
+                                                   liveness_token=b"dG9rZW4="), FORM))
+    assert status == 200 and ensemble.calls == [(b"doc", b"me", b"token")]
+    assert body == {"decision": "reject", "text": words.DECISION["reject"],
+                    "reasons": [{"code": "face_not_matched",
+                                 "text": words.TOLD["face_not_matched"]}]}
+    for secret in ("score", "0.12", "0.45", "0.97", "fraud", "threshold", "report"):
+        assert secret not in json.dumps(body), secret
+
+
+def test_a_json_body_of_base64_still_verifies():
+    ensemble = Ensemble()
+    app = create_app(WebSettings(), kyc_client=lambda: ensemble)
+    body = json.dumps({"document": base64.b64encode(b"doc").decode(),
+                       "selfie": base64.b64encode(b"me").decode()}).encode()
+    status, answered = asyncio.run(post(app, body, "application/json"))
+    assert status == 200 and ensemble.calls == [(b"doc", b"me", b"")]
+    assert set(answered) == {"decision", "text", "reasons"}
+
+
+def test_verifications_past_the_limit_at_once_are_answered_503_at_once_not_queued():
+    async def scenario():
+        hold = asyncio.Event()
+        ensemble = Ensemble(hold)
+        app = create_app(WebSettings(max_verifications=2, verifications_per_minute=100),
+                         kyc_client=lambda: ensemble)
+        body = form_body(document=b"doc", selfie=b"me")
+        running = [asyncio.create_task(post(app, body, FORM)) for _ in range(2)]
+        while len(ensemble.calls) < 2:
+            await asyncio.sleep(0)
+        excess = await asyncio.wait_for(post(app, body, FORM), timeout=1)
+        hold.set()
+        done = await asyncio.gather(*running)
+        return excess, done, await post(app, body, FORM)
+
+    excess, done, after = asyncio.run(scenario())
+    assert excess == (503, {"error": "busy", "message": words.ERROR["busy"]})
+    assert [status for status, _ in done] == [200, 200] and after[0] == 200

@@ -31,6 +31,8 @@ def add_web_parser(sub: argparse._SubParsersAction) -> None:
     web.add_argument("--verifications-per-minute", type=int,
                      default=defaults.verifications_per_minute,
                      help="verifications per client address and minute")
+    web.add_argument("--max-verifications", type=int, default=defaults.max_verifications,
+                     help="verifications at once, in all (more are answered 503 at once)")
     web.add_argument("--trusted-proxies", type=int, default=defaults.trusted_proxies,
                      metavar="N", help="proxies in front that append to X-Forwarded-For: the "
                      "client address is its hop N from the right (0: the peer's)")
@@ -47,7 +49,7 @@ def settings_from(args: argparse.Namespace):
         liveness_attempts=args.liveness_attempts,
         sessions_per_minute=args.sessions_per_minute,
         verifications_per_minute=args.verifications_per_minute,
-        trusted_proxies=args.trusted_proxies)
+        max_verifications=args.max_verifications, trusted_proxies=args.trusted_proxies)
 
 
 def cmd_web(args: argparse.Namespace) -> int:

@@ -9,35 +9,41 @@ Routes:
   streams JPEG frames (binary messages) as the camera makes them and gets each frame's
   findings and progress back in plain words, then sends ``{"type": "end"}`` and gets
   the verdict with its token (kept by the page in memory, never in a URL);
-- ``POST /api/verify`` JSON ``{"document", "selfie", "liveness_token"}`` (base64) ->
-  ``kyc_ensemble``'s decision and its reasons in plain words;
+- ``POST /api/verify`` a form (``multipart/form-data``: ``document``, ``selfie``, raw;
+  ``liveness_token``, base64) or JSON ``{"document", "selfie", "liveness_token"}``
+  (base64 each), read within caps as it streams in (:mod:`kyc.web.upload`) ->
+  ``kyc_ensemble``'s decision and a few coarse reasons in plain words: never a score,
+  a threshold or the report, which stay with the operator's backend;
 - ``GET /healthz``.
 
 Safe by default: Triton is reached over gRPC on loopback or the cluster network; the
 app binds 127.0.0.1 unless told otherwise; no image, name, number, token or embedding
 is written or logged (logs carry sizes, counts and timings); uploads and frames are
 bounded in size and rate; each client address has a rate limit on sessions and
-verifications; WebSockets from another origin are refused; every response carries a
-strict Content-Security-Policy and the usual hardening headers. Images live in memory
-for the time of their request only.
+verifications, and the app a limit on verifications at once (the excess is answered
+503 at once, never queued); WebSockets from another origin are refused; every
+response carries a strict Content-Security-Policy and the usual hardening headers.
+Images live in memory for the time of their request only.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
+import contextlib
 import hashlib
 import json
 import logging
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 from kyc.web import words
+from kyc.web.upload import BadInputError, read_upload
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +64,10 @@ class WebSettings:
     liveness_attempts: int = 3  # tries before the page goes on to the document
     sessions_per_minute: int = 12  # per client address
     verifications_per_minute: int = 6  # per client address
+    # Verifications at once, in all. Each holds its upload (two 8 MiB images: 25 MiB at
+    # the peak as a form, 43 as JSON) and, while Triton's client serializes them, about
+    # two copies more: 4 stay well inside the pod's 512 MiB (docs/reliability.md).
+    max_verifications: int = 4
     # Proxies in front of the app that each append the address they saw to
     # X-Forwarded-For (an Ingress controller: 1); 0: the header is not read.
     trusted_proxies: int = 0
@@ -173,50 +183,13 @@ def client_pseudonym(address: str) -> str:
     return hashlib.sha256(b"kyc-web-client\0" + address.encode()).hexdigest()[:32]
 
 
-class BadInputError(ValueError):
-    """A request the page should not have sent: the code names the words to show."""
-
-    def __init__(self, code: str, status: int = 400) -> None:
-        super().__init__(code)
-        self.code, self.status = code, status
-
-
-def decode_image_field(body: dict, name: str, limit: int, required: bool = True) -> bytes:
-    value = body.get(name) or ""
-    if not isinstance(value, str):
-        raise BadInputError("bad_image")
-    if not value:
-        if required:
-            raise BadInputError("bad_image")
-        return b""
-    if len(value) > limit * 4 // 3 + 8:
-        raise BadInputError("too_large", 413)
-    try:
-        data = base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
-        raise BadInputError("bad_image") from None
-    if len(data) > limit:
-        raise BadInputError("too_large", 413)
-    return data
-
-
-async def read_body(receive_stream, limit: int) -> bytes:
-    """The request body, refused past ``limit`` bytes while it is read."""
-    chunks, size = [], 0
-    async for chunk in receive_stream:
-        size += len(chunk)
-        if size > limit:
-            raise BadInputError("too_large", 413)
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def static_dir():
     return resources.files("kyc.web") / "static"
 
 
-def create_app(settings: WebSettings) -> Any:
-    """The ASGI app (Starlette) for ``settings``."""
+def create_app(settings: WebSettings, kyc_client: Callable[[], Any] | None = None) -> Any:
+    """The ASGI app (Starlette) for ``settings``; ``kyc_client`` stands in for the SDK's
+    AsyncKycClient (tests)."""
     from starlette.applications import Starlette
     from starlette.middleware import Middleware
     from starlette.requests import Request
@@ -228,9 +201,12 @@ def create_app(settings: WebSettings) -> Any:
     from kyc.client import AsyncKycClient
 
     limiter = RateLimiter()
+    verifying = asyncio.Semaphore(settings.max_verifications)
     clients: dict[str, AsyncKycClient] = {}
 
     def kyc() -> AsyncKycClient:
+        if kyc_client is not None:
+            return kyc_client()
         if "kyc" not in clients:  # made inside the event loop, on first use
             clients["kyc"] = AsyncKycClient(settings.triton_url, timeout_s=settings.timeout_s)
         return clients["kyc"]
@@ -249,27 +225,25 @@ def create_app(settings: WebSettings) -> Any:
             "max_session_s": settings.max_session_s, "errors": words.ERROR})
 
     async def verify(request: Request) -> Response:
-        from kyc.client import KycError, KycInputError, KycTimeoutError, KycUnavailableError
-
-        started = time.perf_counter()
-        rid = uuid.uuid4().hex[:12]
         who = client_address(request.scope, request.headers, settings)
         if not limiter.allow(who, "verify", settings.verifications_per_minute):
             return _error("busy", 429)
+        if verifying.locked():  # the excess is answered now: a queue would hold its bodies
+            return _error("busy", 503)
+        async with verifying:
+            return await _verify(request)
+
+    async def _verify(request: Request) -> Response:
+        from kyc.client import KycError, KycInputError, KycTimeoutError, KycUnavailableError
+
+        started, rid = time.perf_counter(), uuid.uuid4().hex[:12]
         try:
-            body = json.loads(await read_body(request.stream(),
-                                              3 * settings.max_image_bytes + 64 * 1024))
-            if not isinstance(body, dict):
-                raise BadInputError("bad_image")
-            document = decode_image_field(body, "document", settings.max_image_bytes)
-            selfie = decode_image_field(body, "selfie", settings.max_image_bytes)
-            token = decode_image_field(body, "liveness_token", 64 * 1024, required=False)
+            upload = await read_upload(request.headers, request.stream(),
+                                       settings.max_image_bytes)
         except BadInputError as exc:
             return _error(exc.code, exc.status)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return _error("bad_image", 400)
         try:
-            result = await kyc().verify(document, selfie, token)
+            result = await kyc().verify(upload.document, upload.selfie, upload.token)
         except KycInputError:
             return _error("bad_image", 400)
         except KycUnavailableError:
@@ -280,14 +254,9 @@ def create_app(settings: WebSettings) -> Any:
             log.warning("verify %s: %s", rid, type(exc).__name__)
             return _error("server", 502)
         log.info("verify %s: document %d B, selfie %d B, token %s: %s in %.0f ms", rid,
-                 len(document), len(selfie), "yes" if token else "no", result.decision,
-                 (time.perf_counter() - started) * 1e3)
-        return JSONResponse({
-            "decision": result.decision, "text": words.DECISION[result.decision],
-            "reasons": words.reasons(result.reasons),
-            "scores": {"face_match": round(result.face_match_score, 3),
-                       "liveness": round(result.liveness_score, 3),
-                       "fraud": round(result.fraud_score, 3)}})
+                 len(upload.document), len(upload.selfie), "yes" if upload.token else "no",
+                 result.decision, (time.perf_counter() - started) * 1e3)
+        return JSONResponse(told(result))
 
     async def liveness(websocket: WebSocket) -> None:
         if not same_origin(websocket.headers):
@@ -310,6 +279,7 @@ def create_app(settings: WebSettings) -> Any:
         Mount("/static", StaticFiles(directory=str(static_dir())), name="static"),
     ]
 
+    @contextlib.asynccontextmanager
     async def lifespan(app):
         yield
         for client in clients.values():
@@ -317,6 +287,13 @@ def create_app(settings: WebSettings) -> Any:
 
     return Starlette(routes=routes, middleware=[Middleware(SecurityHeaders)],
                      lifespan=lifespan)
+
+
+def told(result) -> dict:
+    """What the person is told of a decision: the decision and its coarse reasons. The
+    scores, the figures and the report stay with kyc_ensemble's REPORT."""
+    return {"decision": result.decision, "text": words.DECISION[result.decision],
+            "reasons": words.reasons(list(result.reasons))}
 
 
 def _error(code: str, status: int):
@@ -419,10 +396,9 @@ class LivenessRelay:
             return f"END failed: {type(exc).__name__}"
         await asyncio.wait_for(relay, self.settings.timeout_s)
         status = final.status
+        # no score, no check by name: the reasons the person can act on, and the token
         await self.send({"type": "result", "live": final.is_live,
-                         "score": round(final.score, 3),
                          "reasons": words.reasons(list(status.get("reasons", []))),
-                         "passive_pad": status.get("passive_pad"),
                          "token": base64.b64encode(final.token).decode()})
         await self.ws.close(code=1000)
         return "live" if final.is_live else "not live"

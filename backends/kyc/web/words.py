@@ -1,8 +1,10 @@
-"""What the page tells a person: every reason code and every error in plain words.
+"""What the page tells a person: the decision, a few coarse reasons and every error, in
+plain words.
 
 The codes are the pipeline's (``kyc.decision.policy.REASONS``, the liveness verdict's
-``kyc.liveness.session.REASONS``); the page shows the words, and keeps the code beside
-them for the app team. A test holds every code to a sentence here.
+``kyc.liveness.session.REASONS``); each is told as one of a few coarse reasons, whose
+code the page keeps beside the words for the app team. A test holds every code to
+one here.
 """
 
 from __future__ import annotations
@@ -13,33 +15,54 @@ DECISION = {
     "reject": "We could not verify you.",
 }
 
-REASON = {
+# What a person is told of why: a few coarse reasons. Never a score, a threshold or
+# which check saw what: those guide an attacker, and they are the operator's, in
+# kyc_ensemble's REPORT.
+TOLD = {
+    "face_not_matched": "The face did not match the document.",
+    "face_not_seen": "We could not see one face clearly, in your photo or on the document.",
+    "liveness_not_confirmed": "The camera check could not confirm a live person.",
+    "moves_not_seen": "The head turns asked were not seen, in that order, in the time "
+                      "allowed.",
+    "pictures_unclear": "We could not see your face alone and sharp: hold the phone still, "
+                        "in good light.",
+    "document_unreadable": "The document could not be read.",
+    "document_not_accepted": "This document cannot be accepted (its validity, or the "
+                             "holder's age).",
+    "person_reviews": "A person will look at your application.",
+}
+
+# Each reason code of the pipeline -> what the person is told of it (None: nothing more
+# than the decision). A unit test holds the keys to the codes as declared:
+# kyc.decision.policy.REASONS and the liveness verdict's kyc.liveness.session.REASONS.
+TOLD_FOR = {
     # kyc_decision
-    "face_mismatch": "The face on the document does not match your face.",
-    "liveness_failed": "The camera check did not show a live person.",
-    "liveness_token_invalid": "The camera check could not be confirmed.",
-    "selfie_not_live_person": "The photo of you is not the person of the camera check.",
-    "mrz_check_failed": "The code at the bottom of the document did not read correctly.",
-    "document_expired": "The document has expired.",
-    "underage": "You must be of age to be verified.",
-    "high_fraud_score": "The application was flagged by our checks.",
-    "no_face_in_document": "We could not find a face on the document.",
-    "no_face_in_selfie": "We could not find your face in the photo.",
-    "multiple_faces_in_selfie": "More than one face was in the photo.",
-    "liveness_missing": "The camera check was not done.",
-    "liveness_token_expired": "The camera check is too old: please do it again.",
-    "liveness_without_passive_pad": "A person will confirm the camera check.",
-    "mrz_not_found": "We could not find the code at the bottom of the document.",
-    "visual_zone_mismatch": "The printed name or number does not match the document's code.",
-    "elevated_fraud_score": "The application needs a second look.",
-    # the liveness verdict
-    "challenge_not_completed": "The head turns asked were not seen, in that order.",
-    "face_looks_flat": "The camera did not see a real head turning.",
-    "face_changed": "Another face appeared during the check.",
-    "multiple_or_no_faces": "Your face was not alone, or not seen, in most pictures.",
-    "too_few_sharp_frames": "The pictures were blurred: hold the phone still, in good light.",
-    "duration_out_of_bounds": "The check was too short or too long.",
-    "passive_pad_failed": "The camera did not see a real face.",
+    "face_mismatch": "face_not_matched",
+    "selfie_not_live_person": "face_not_matched",
+    "no_face_in_document": "face_not_seen",
+    "no_face_in_selfie": "face_not_seen",
+    "multiple_faces_in_selfie": "face_not_seen",
+    "liveness_failed": "liveness_not_confirmed",
+    "liveness_token_invalid": "liveness_not_confirmed",
+    "liveness_token_expired": "liveness_not_confirmed",
+    "liveness_missing": "liveness_not_confirmed",
+    "liveness_without_passive_pad": "person_reviews",
+    "mrz_not_found": "document_unreadable",
+    "mrz_check_failed": "document_unreadable",
+    "visual_zone_mismatch": "document_unreadable",
+    "document_expired": "document_not_accepted",
+    "underage": "document_not_accepted",
+    "elevated_fraud_score": "person_reviews",
+    "high_fraud_score": None,
+    # the liveness verdict: what the person can do better on the next try, else no more
+    # than that the check did not confirm them
+    "challenge_not_completed": "moves_not_seen",
+    "duration_out_of_bounds": "moves_not_seen",
+    "too_few_sharp_frames": "pictures_unclear",
+    "multiple_or_no_faces": "pictures_unclear",
+    "face_looks_flat": "liveness_not_confirmed",
+    "face_changed": "liveness_not_confirmed",
+    "passive_pad_failed": "liveness_not_confirmed",
 }
 
 ERROR = {
@@ -54,5 +77,7 @@ ERROR = {
 
 
 def reasons(codes: list[str]) -> list[dict[str, str]]:
-    """``[{"code", "text"}]`` for the page; a code without words keeps its code."""
-    return [{"code": code, "text": REASON.get(code, code.replace("_", " "))} for code in codes]
+    """``[{"code", "text"}]`` for the page: each coarse reason of ``codes`` once, in their
+    order; a code it does not know is told as the catch-all ``person_reviews``."""
+    told = dict.fromkeys(TOLD_FOR.get(code, "person_reviews") for code in codes)
+    return [{"code": code, "text": TOLD[code]} for code in told if code is not None]

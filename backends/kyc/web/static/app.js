@@ -203,15 +203,6 @@
     say(text || "");
   }
 
-  function asBase64(blob) {
-    return new Promise((resolve, reject) => {
-      const reader = new FileReader();
-      reader.onload = () => resolve(String(reader.result).split(",", 2)[1] || "");
-      reader.onerror = () => reject(reader.error);
-      reader.readAsDataURL(blob);
-    });
-  }
-
   // A photo larger than the server takes is made smaller here, as a JPEG.
   async function fitted(file) {
     if (file.size <= config.max_image_bytes) return file;
@@ -245,16 +236,12 @@
     let response;
     let body;
     try {
-      const payload = JSON.stringify({
-        document: await asBase64(await fitted(documentFile)),
-        selfie: await asBase64(await fitted(face)),
-        liveness_token: token,
-      });
-      response = await fetch("/api/verify", {
-        method: "POST",
-        headers: { "Content-Type": "application/json" },
-        body: payload,
-      });
+      // a form: the photos go as they are (no base64), the token as the server gave it
+      const payload = new FormData();
+      payload.append("document", await fitted(documentFile), "document.jpg");
+      payload.append("selfie", await fitted(face), "selfie.jpg");
+      payload.append("liveness_token", token);
+      response = await fetch("/api/verify", { method: "POST", body: payload });
       body = await response.json();
     } catch (err) {
       $("kyc-submit").disabled = false;
