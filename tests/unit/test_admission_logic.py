@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 
 import numpy as np
 import pytest
@@ -227,10 +228,11 @@ def test_intake_sheds_past_the_limit_with_unavailable_and_bad_images_take_no_tic
     assert [t.shape for t in tickets] == [(1, 3), (1, 3)]
     # a document alone (document_ocr) has its own limit: the customers do not shed it
     document = intake.run([intake_request(jpeg, None)])[0]
-    assert set(document) == {"CHECKED_DOCUMENT_IMAGE", "ADMISSION"}
+    assert set(document) == {"CHECKED_DOCUMENT_IMAGE", "ADMISSION", "SEAL"}
     assert document["ADMISSION"][0, 0] == ENTRIES.index("document_ocr")
 
     decision = DecisionStep.__new__(DecisionStep)  # only its give-back is under test
+    decision.clock = time.time
     decision.admission = TicketReturns(
         lambda entry: SharedAdmission(shm_path(7, entry, tmp_path), None, entry))
     decision.give_back([Request({"ADMISSION": tickets[0]}), Request({})])
@@ -243,11 +245,13 @@ def test_documents_alone_are_shed_past_their_own_limit_and_given_back_by_ocr_pos
     from kyc.document.step import OcrPostprocessStep
     from kyc.intake import IntakeSettings
     from kyc.intake.step import IntakeStep
+    from kyc.pipeline.seal import Sealer
     from kyc.pipeline.step import Request, UnavailableError
 
     settings = IntakeSettings(admission_initial_limit=2, admission_min_limit=2)
-    intake = IntakeStep(settings, admissions(tmp_path, settings, pid=8))
-    first, _second, shed = intake.run([intake_request(jpeg, None) for _ in range(3)])
+    sealer = Sealer(b"k" * 32)
+    intake = IntakeStep(settings, admissions(tmp_path, settings, pid=8), sealer=sealer)
+    first, second, shed = intake.run([intake_request(jpeg, None) for _ in range(3)])
     assert isinstance(shed, UnavailableError)
     assert str(shed).startswith("document_ocr is at capacity (2 documents in flight)")
     assert isinstance(intake.run([intake_request(jpeg, jpeg)])[0], dict)  # customers: apart
@@ -260,10 +264,13 @@ def test_documents_alone_are_shed_past_their_own_limit_and_given_back_by_ocr_pos
 
     returns = TicketReturns(
         lambda entry: SharedAdmission(shm_path(8, entry, tmp_path), None, entry))
-    step = OcrPostprocessStep(Reader(), returns)
+    step = OcrPostprocessStep(Reader(), returns, sealer)
     page = {"CANVAS": np.zeros((1, 8, 8, 3), np.uint8), "PROB_MAP": np.zeros((1, 8, 8), np.float32),
             "SCALE": np.ones((1, 2), np.float32)}
-    step.run([Request({**page, "ADMISSION": first["ADMISSION"]})])
+    # a ticket without its seal (a direct call naming another request's) is not given back
+    step.run([Request({**page, "ADMISSION": second["ADMISSION"]})])
+    assert isinstance(intake.run([intake_request(jpeg, None)])[0], UnavailableError)
+    step.run([Request({**page, "ADMISSION": first["ADMISSION"], "SEAL": first["SEAL"]})])
     assert isinstance(intake.run([intake_request(jpeg, None)])[0], dict)  # its place is free
 
 

@@ -40,6 +40,7 @@ from typing import Any
 
 from kyc.decision.features import age_years
 from kyc.document.visual import shows_mrz_fields
+from kyc.pipeline.seal import SEAL_MAX_AGE_S
 
 REJECT = ("face_mismatch", "liveness_failed", "liveness_token_invalid", "selfie_not_live_person",
           "mrz_check_failed", "document_expired", "underage", "high_fraud_score")
@@ -62,9 +63,8 @@ class DecisionSettings:
     # A live token from a session without passive PAD approves (true) or goes to
     # review (false): see the module docstring.
     approve_without_passive_pad: bool = False
-    # kyc_intake's seal is refused past this age (kyc.pipeline.seal): longer than any
-    # customer's time in the pipeline (the SLA is 8 s), short for a replay
-    seal_max_age_s: float = 60.0
+    # kyc_intake's seal is refused past this age (kyc.pipeline.seal)
+    seal_max_age_s: float = SEAL_MAX_AGE_S
 
 
 @dataclass(frozen=True)

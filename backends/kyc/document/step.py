@@ -22,9 +22,17 @@ import numpy as np
 from kyc.document.ocr import DocumentReader, OcrSettings, TextLine, document_report
 from kyc.image import ImageError, decode_image, letterbox
 from kyc.intake import IntakeSettings
-from kyc.intake.admission import TicketReturns
+from kyc.intake.admission import TICKET_TENSOR, TicketReturns
 from kyc.pipeline.modelconfig import Repository
-from kyc.pipeline.seal import Sealer, SealError, digest, pipeline_sealer, text_of
+from kyc.pipeline.seal import (
+    SEAL_INPUT,
+    SEAL_MAX_AGE_S,
+    Sealer,
+    SealError,
+    digest,
+    pipeline_sealer,
+    text_of,
+)
 from kyc.pipeline.step import (
     Answer,
     Request,
@@ -167,7 +175,22 @@ class OcrPostprocessStep:
             return batched(requests, self._pages, self._read, self._answer)
         finally:  # after the reading, most of a document's time
             if self.admission is not None:
-                self.admission.give_back_requests(requests, time.time())
+                now = time.time()
+                self.admission.give_back_requests([r for r in requests if self._sealed(r, now)],
+                                                  now)
+
+    def _sealed(self, request: Request, now: float) -> bool:
+        """Whether ``request``'s ticket is under a seal of kyc_intake (a forged one is
+        not given back: it would free another request's place)."""
+        if self.sealer is None or TICKET_TENSOR not in request.inputs:
+            return False
+        try:
+            self.sealer.open_seal(text_of(request.inputs.get(SEAL_INPUT, np.array([[b""]]))),
+                                  tuple(request.inputs[TICKET_TENSOR].reshape(-1)), now,
+                                  SEAL_MAX_AGE_S)
+        except (SealError, ValueError):
+            return False
+        return True
 
     def _pages(self, request: Request) -> list[tuple[tuple, str | None]]:
         """Each page of ``request`` with the digest of the image its canvas attestation

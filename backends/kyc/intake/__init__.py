@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 
 from kyc.image import MAX_PIXELS_PER_BYTE, ImageError, ImageLimits, check_image
 from kyc.intake.admission import TICKET_TENSOR, AdmissionSettings
+from kyc.pipeline.seal import SEAL_INPUT
 
 IMAGE_INPUTS = ("DOCUMENT_IMAGE", "SELFIE_IMAGE")
 OUTPUT_PREFIX = "CHECKED_"  # each output: its input, passed on unchanged
@@ -32,7 +33,7 @@ OUTPUT_PREFIX = "CHECKED_"  # each output: its input, passed on unchanged
 ENTRY_OF_IMAGES = {IMAGE_INPUTS: "kyc_ensemble", IMAGE_INPUTS[:1]: "document_ocr"}
 
 ADMISSION_OUTPUT = TICKET_TENSOR  # the request's tickets, to its last step (int64 [3])
-SEAL_OUTPUT = "SEAL"  # each row's seal, to the steps that check it (kyc.pipeline.seal)
+SEAL_OUTPUT = SEAL_INPUT  # each row's seal, to the steps that check it (kyc.pipeline.seal)
 _ADMISSION = AdmissionSettings()
 
 

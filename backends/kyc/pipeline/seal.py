@@ -44,6 +44,10 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from kyc.liveness.token import TokenKeyError, load_key
 
+SEAL_INPUT = "SEAL"  # the tensor a seal travels in
+# a seal is refused past this age: longer than any request's time in the pipeline
+# (the SLA is 8 s), short for a replay (kyc_decision's seal_max_age_s may change it)
+SEAL_MAX_AGE_S = 60.0
 SEAL_VERSION = "s1"
 ATTESTATION_VERSION = "a1"
 DIGEST_BYTES = 16  # 128 bits: a collision costs 2^64 work, a forgery 2^128
