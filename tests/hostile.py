@@ -149,6 +149,8 @@ def broken_images(photo: np.ndarray, rng: np.random.Generator,
             ("decompression_bomb", jpeg_claiming(enc["JPEG"], 65535, 1000), INVALID),
             ("decompression_bomb", webp_claiming(enc["WEBP"], 0x3FFF, 0x3FFF), INVALID),
             ("decompression_bomb", genuine_png_bomb(), INVALID),
+            # under the photo's pixel limit: refused for its 8080 pixels per byte
+            ("decompression_bomb", genuine_png_bomb(6300), INVALID),
             ("zero_length", b"", INVALID)]
     gif = io.BytesIO()
     Image.fromarray(photo).save(gif, "GIF")
