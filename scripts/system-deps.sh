@@ -9,6 +9,8 @@
 #                      test runs a real Prometheus (installing it does not start it)
 #   chromium           the capture page's test in a real headless browser (Playwright
 #                      drives it; a fake camera plays a rendered video)
+#   redis-server       the shared ledger of spent liveness tokens: the tests start their
+#                      own on a free loopback port (tests/kyc_testing.py, redis_server)
 # With --image-base, also what `make image-base-cpu` needs:
 #   debootstrap        the Debian root file system of the CPU stand-in base
 # With KYC_DEBS_DIR set (the image's build stage, which has no network), missing packages
@@ -25,7 +27,7 @@ if [ "${2:-}" = "--image-debs" ]; then
   exit 0
 fi
 wanted=("${image_debs[@]}" "libpython${py}")
-[ "${2:-}" = "--test" ] && wanted+=(prometheus chromium)
+[ "${2:-}" = "--test" ] && wanted+=(prometheus chromium redis-server)
 # perf_analyzer (scripts/perf-analyzer.sh) links libb64.
 [ "${2:-}" = "--perf-analyzer" ] && wanted+=(libb64-0d)
 [ "${2:-}" = "--image-base" ] && wanted+=(debootstrap)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
+import subprocess
 import textwrap
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import onnx
@@ -19,7 +21,7 @@ from onnx import TensorProto, helper
 
 from kyc.client import DEFAULT_RETRY
 from kyc.liveness.client import MOVE_TRIES, LivenessReply, frame_input
-from kyc.runtime.server import (  # noqa: F401 (re-exported)
+from kyc.runtime.server import (
     ServerError,
     ServerOptions,
     TritonServer,
@@ -168,6 +170,49 @@ def start_server(repository: Path, log_file: Path, **options) -> TritonServer:
         tail = log_file.read_text(errors="replace")[-4000:] if log_file.exists() else ""
         raise ServerError(f"{exc}\n--- server log tail ---\n{tail}") from None
     return server
+
+
+REDIS_INSTALL = ("`bash scripts/system-deps.sh \"\" --test` (make unit and make test run it), "
+                 "or `apt-get install redis-server`")
+
+
+@contextlib.contextmanager
+def redis_server(workdir: Path, timeout_s: float = 15.0) -> Iterator[str]:
+    """A real ``redis-server`` on a free loopback port, nothing persisted (the token
+    ledger's entries live one token lifetime): its ``redis://`` URL, stopped after.
+    Missing, it fails the test with the command that installs it (never a skip)."""
+    import redis
+
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail(f"redis-server is not installed: run {REDIS_INSTALL}")
+    port = free_port()
+    log = workdir / "redis.log"
+    process = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+         "no", "--dir", str(workdir), "--logfile", str(log)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        with redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1) as client:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                try:
+                    client.ping()
+                    break
+                except redis.ConnectionError:
+                    if process.poll() is not None or time.monotonic() > deadline:
+                        tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+                        pytest.fail(f"redis-server did not answer PING on {port}:\n{tail}")
+                    time.sleep(0.05)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def concurrently(url: str, model: str, inputs: list[list[grpcclient.InferInput]]) -> list:
