@@ -17,6 +17,7 @@ import yaml
 
 from kyc import budgets
 from kyc.cli import build_parser
+from kyc.decision.ledger import ENV_LEDGER, RedisLedger, ledger_from_environ
 from kyc.liveness.token import ENV_KEY_FILE
 from kyc.ops import prometheus
 from kyc.ops.models import served_models
@@ -90,8 +91,9 @@ def test_every_resource_of_an_overlay_validates_strictly_against_the_kubernetes_
 
 def test_the_kubernetes_resources_of_the_kserve_deployment_validate_too():
     builtin = [r for r in rendered(KSERVE) if "kserve.io" not in r["apiVersion"]]
-    assert sorted({r["kind"] for r in builtin}) == ["HorizontalPodAutoscaler", "Job",
-                                                    "NetworkPolicy", "PersistentVolumeClaim"]
+    assert sorted({r["kind"] for r in builtin}) == [
+        "Deployment", "HorizontalPodAutoscaler", "Job", "NetworkPolicy", "PersistentVolumeClaim",
+        "Service"]  # the Deployment and Service: the token ledger (kubernetes/ledger)
     for resource in builtin:
         assert kubernetes_validate.validate(resource, KUBERNETES_VERSION, strict=True)
 
@@ -357,6 +359,79 @@ def test_the_servers_listen_on_every_interface_of_the_pod_by_the_images_own_opti
     assert serve_options(triton["args"]).address == "0.0.0.0"
 
 
+
+# -- the shared ledger of spent liveness tokens (kubernetes/ledger) -------------------
+LEDGER = "kyc-token-ledger"
+
+
+def ledger(resources) -> tuple[dict, dict]:
+    """The ledger's Redis container and its pod spec."""
+    pod = one(resources, "Deployment", LEDGER)["spec"]["template"]["spec"]
+    return container(one(resources, "Deployment", LEDGER), "redis"), pod
+
+
+@pytest.mark.parametrize("target", (*OVERLAYS, KSERVE))
+def test_every_server_spends_tokens_in_the_one_redis_the_deployment_runs(target):
+    resources = rendered(target)
+    triton, _ = server_container_and_volumes(target)
+    url = next(e["value"] for e in triton["env"] if e["name"] == ENV_LEDGER)
+    assert isinstance(ledger_from_environ({ENV_LEDGER: url}), RedisLedger)
+    match = re.fullmatch(r"redis://([a-z0-9-]+):(\d+)/0", url)
+    assert match, url
+    service = one(resources, "Service", match.group(1))
+    (port,) = service["spec"]["ports"]
+    assert port["port"] == int(match.group(2))
+    deployment = one(resources, "Deployment", LEDGER)
+    assert service["spec"]["selector"].items() <= \
+        deployment["spec"]["template"]["metadata"]["labels"].items()
+    redis, _ = ledger(resources)
+    assert port["targetPort"] in {p["name"] for p in redis["ports"]}
+    # one ledger, never two at once (each would accept a token once)
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+
+
+@pytest.mark.parametrize("target", (*OVERLAYS, KSERVE))
+def test_the_ledger_keeps_nothing_on_disk_and_refuses_rather_than_forget_a_spent_token(target):
+    redis, pod = ledger(rendered(target))
+    assert re.fullmatch(r"redis:7\.\d+\.\d+", redis["image"]), "the official image, by tag"
+    args = redis["args"]
+    options = dict(zip(args[1::2], args[2::2], strict=True))
+    assert args[0] == "redis-server" and options["--save"] == ""
+    assert options["--appendonly"] == "no"
+    assert options["--maxmemory-policy"] == "noeviction"  # full: UNAVAILABLE, not a replay
+    assert int(options["--port"]) == next(p["containerPort"] for p in redis["ports"])
+    # the image's redis user, a read-only root with an emptyDir as its working directory
+    assert (pod["securityContext"]["runAsUser"], pod["securityContext"]["runAsGroup"]) == (
+        999, 999)
+    data = next(m for m in redis["volumeMounts"] if m["mountPath"] == "/data")
+    assert "emptyDir" in next(v for v in pod["volumes"] if v["name"] == data["name"])
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert redis[probe]["exec"]["command"] == ["redis-cli", "ping"]
+    assert redis["resources"]["limits"]["memory"] and redis["resources"]["requests"]["cpu"]
+    assert pod["automountServiceAccountToken"] is False
+
+
+@pytest.mark.parametrize("target", (*OVERLAYS, KSERVE, WEB))
+def test_only_the_server_pods_reach_the_ledger(target):
+    resources = rendered(target)
+    labels = one(resources, "Deployment", LEDGER)["spec"]["template"]["metadata"]["labels"]
+    policies = [r for r in resources if r["kind"] == "NetworkPolicy"
+                and r["spec"]["podSelector"]["matchLabels"].items() <= labels.items()]
+    rules = [rule for p in policies for rule in p["spec"]["ingress"]]
+    assert policies and all(p["spec"]["policyTypes"] == ["Ingress"] for p in policies)
+    (rule,) = rules
+    redis, _ = ledger(resources)
+    assert rule["ports"] == [{"port": redis["ports"][0]["containerPort"], "protocol": "TCP"}]
+    (peer,) = rule["from"]
+    assert set(peer) == {"podSelector"}  # this namespace's pods, no other namespace
+    selector = peer["podSelector"]["matchLabels"]
+    assert selector.items() <= server_pod_labels(target).items()
+    others = [d["spec"]["template"]["metadata"]["labels"] for d in resources
+              if d["kind"] == "Deployment" and d["metadata"]["name"] != "kyc-triton"]
+    assert not any(selector.items() <= other.items() for other in others)  # web, publisher
+
+
 # -- selection and scaling ------------------------------------------------------------
 @pytest.mark.parametrize("target", OVERLAYS)
 def test_services_and_the_budget_select_the_servers_and_not_the_publisher(target):
@@ -364,7 +439,8 @@ def test_services_and_the_budget_select_the_servers_and_not_the_publisher(target
     labels = server(resources)["spec"]["template"]["metadata"]["labels"]
     publisher = one(resources, "Deployment", "kyc-triton-publisher")
     plabels = publisher["spec"]["template"]["metadata"]["labels"]
-    selectors = [s["spec"]["selector"] for s in resources if s["kind"] == "Service"]
+    selectors = [s["spec"]["selector"] for s in resources if s["kind"] == "Service"
+                 and s["metadata"]["name"].startswith("kyc-triton")]
     selectors.append(one(resources, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"])
     for selector in selectors:
         assert selector.items() <= labels.items()
