@@ -44,6 +44,7 @@ from kyc.liveness.client import (
     bytes_input,
     perform_session,
     run_session,
+    start_parameters,
 )
 
 MAX_MOVES = 8  # a session is never told more moves than this (a challenge has 3)
@@ -183,6 +184,15 @@ class Verification:
     def approved(self) -> bool:
         return self.decision == "approve"
 
+    def signed(self, public_key: str | bytes) -> dict:
+        """The verdict's signed claims (decision, reasons, application, images, model
+        versions), checked with the server's public key (``kyc keys verdict``); raises
+        :class:`kyc.verdict.VerdictError` when the report was altered or signed by
+        another key. Trust these, not the unsigned rest of the report."""
+        from kyc.verdict import verify_verdict
+
+        return verify_verdict(self.report, public_key)
+
     @classmethod
     def from_result(cls, result: Any) -> Verification:
         report = json.loads(result.as_numpy("REPORT")[0, 0])
@@ -226,6 +236,13 @@ def _document_inputs(grpc: Any, document: Image) -> list:
     return [bytes_input("IMAGE", _bytes(document), grpc)]
 
 
+def _application(application: str | None) -> dict[str, str] | None:
+    """kyc_ensemble's request parameters for ``application`` (kyc.verdict)."""
+    from kyc.verdict import APPLICATION_PARAMETER
+
+    return {APPLICATION_PARAMETER: application} if application else None
+
+
 def _verify_inputs(grpc: Any, document: Image, selfie: Image, token: bytes) -> list:
     return [bytes_input(name, value, grpc) for name, value in (
         ("DOCUMENT_IMAGE", _bytes(document)), ("SELFIE_IMAGE", _bytes(selfie)),
@@ -245,23 +262,29 @@ class KycClient:
                                                             grpcclient)
         self._client = self.channel.grpc_client(grpcclient)
 
-    def _infer(self, model: str, inputs: list) -> Any:
+    def _infer(self, model: str, inputs: list, parameters: dict | None = None) -> Any:
         """One idempotent request, retried per ``self.retry``."""
 
         def once() -> Any:
             try:
                 return self._client.infer(model, inputs, client_timeout=self.timeout_s,
-                                          headers=self.channel.metadata)
+                                          headers=self.channel.metadata,
+                                          parameters=parameters or None)
             except Exception as exc:
                 raise _translate(exc) from None
 
         return call_with_retries(once, self.retry)
 
-    def verify(self, document: Image, selfie: Image, liveness_token: bytes = b"") -> Verification:
+    def verify(self, document: Image, selfie: Image, liveness_token: bytes = b"",
+               application: str | None = None) -> Verification:
         """``kyc_ensemble`` on one document photo, one selfie and a liveness token (empty:
-        no liveness done, which is never approved). Retried when shed (UNAVAILABLE)."""
+        no liveness done, which is never approved). ``application``: your reference of
+        this application, the one the liveness session was started with (the token is
+        bound to it; the signed verdict names it: :meth:`Verification.signed`).
+        Retried when shed (UNAVAILABLE)."""
         inputs = _verify_inputs(self._grpc, document, selfie, liveness_token)
-        return Verification.from_result(self._infer(ENTRY_MODEL, inputs))
+        return Verification.from_result(self._infer(ENTRY_MODEL, inputs,
+                                                    _application(application)))
 
     def read_document(self, document: Image) -> dict:
         """``document_ocr`` on one document photo: ``document`` (the MRZ, its checks and
@@ -280,41 +303,46 @@ class KycClient:
                          sequence_id: int | str | None = None,
                          on_reply: Callable[[int, int, LivenessReply], None] | None = None,
                          fps: float | None = CAMERA_FPS, client_id: str | None = None,
-                         customer_id: str | None = None) -> LivenessSession:
-        """START, then ``perform(None)`` (frames facing the camera) and ``perform(move)``
-        for each move as the server tells it, streamed at a camera's pace (at most
-        ``fps`` a second), END after frames facing the camera again
+                         customer_id: str | None = None,
+                         application: str | None = None) -> LivenessSession:
+        """START (bound to ``application``, see :meth:`verify`), then ``perform(None)``
+        (frames facing the camera) and ``perform(move)`` for each move as the server
+        tells it, streamed at a camera's pace (at most ``fps`` a second), END after
+        frames facing the camera again
         (:func:`kyc.liveness.client.perform_session`). ``client_id`` / ``customer_id``:
         who starts it (the server bounds the sessions each starts). ``on_reply(k, n,
         reply)`` sees every frame's reply as it comes. Never retried (the session's state
         lives on the server): on an error, start a new session from START."""
         replies = [_checked(r) for r in perform_session(
-            self.channel, perform, sequence_id, on_reply, fps, client_id, customer_id)]
+            self.channel, perform, sequence_id, on_reply, fps, client_id, customer_id,
+            application=application)]
         if len(replies) == 1:
             raise KycInputError("no frames to send")
         return LivenessSession(replies[0].status["challenge"], replies)
 
     def liveness_replay(self, frames: Sequence[bytes], sequence_id: int | str | None = None,
-                        fps: float | None = CAMERA_FPS) -> LivenessSession:
+                        fps: float | None = CAMERA_FPS,
+                        application: str | None = None) -> LivenessSession:
         """Recorded frames played as they are (for a server loaded with the challenge
         they hold, as ``kyc eval liveness`` does; a served model draws each session's
         challenge, which no recording holds in advance)."""
-        replies = [_checked(r) for r in run_session(self.channel, lambda _: frames, sequence_id,
-                                                    None, fps)]
+        replies = [_checked(r) for r in run_session(
+            self.channel, lambda _: frames, sequence_id, None, fps,
+            start_parameters(application=application))]
         if len(replies) == 1:
             raise KycInputError("no frames to send")
         return LivenessSession(replies[0].status["challenge"], replies)
 
     def liveness_capture(self, sequence_id: int | str | None = None,
-                         client_id: str | None = None,
-                         customer_id: str | None = None) -> LivenessCapture:
+                         client_id: str | None = None, customer_id: str | None = None,
+                         application: str | None = None) -> LivenessCapture:
         """A liveness session to stream as a camera films it: START is sent, its
         ``challenge`` (the number of moves and the first one) is there to show; then
         ``push(frame)`` each frame, ``poll()`` the replies (progress: the next move once
         one is done, and the words to show), ``end(frame)`` for the verdict. Close it
         (``with``): a capture closed without END ends its session on the server."""
         capture = LivenessCapture(self.channel, sequence_id, self.timeout_s, client_id,
-                                  customer_id)
+                                  customer_id, application=application)
         try:
             capture.start()
         except Exception as exc:
@@ -359,23 +387,25 @@ class AsyncKycClient:
                                                             grpcclient)
         self._client = self.channel.grpc_client(aioclient)
 
-    async def _infer(self, model: str, inputs: list) -> Any:
+    async def _infer(self, model: str, inputs: list, parameters: dict | None = None) -> Any:
         """One idempotent request, retried per ``self.retry``."""
 
         async def once() -> Any:
             try:
                 return await self._client.infer(model, inputs, client_timeout=self.timeout_s,
-                                                headers=self.channel.metadata)
+                                                headers=self.channel.metadata,
+                                                parameters=parameters or None)
             except Exception as exc:
                 raise _translate(exc) from None
 
         return await acall_with_retries(once, self.retry)
 
-    async def verify(self, document: Image, selfie: Image,
-                     liveness_token: bytes = b"") -> Verification:
+    async def verify(self, document: Image, selfie: Image, liveness_token: bytes = b"",
+                     application: str | None = None) -> Verification:
         """As :meth:`KycClient.verify` (retried when shed)."""
         inputs = _verify_inputs(self._grpc, document, selfie, liveness_token)
-        return Verification.from_result(await self._infer(ENTRY_MODEL, inputs))
+        return Verification.from_result(await self._infer(ENTRY_MODEL, inputs,
+                                                          _application(application)))
 
     async def read_document(self, document: Image) -> dict:
         """As :meth:`KycClient.read_document` (retried when shed)."""
@@ -383,12 +413,12 @@ class AsyncKycClient:
                                            _document_inputs(self._grpc, document)))
 
     async def liveness_capture(self, sequence_id: int | str | None = None,
-                               client_id: str | None = None,
-                               customer_id: str | None = None) -> AsyncLivenessCapture:
+                               client_id: str | None = None, customer_id: str | None = None,
+                               application: str | None = None) -> AsyncLivenessCapture:
         """As :meth:`KycClient.liveness_capture`, for asyncio: ``await push(frame)``,
         ``async for reply in replies()``, ``await end(frame)``; ``await close()``."""
         capture = AsyncLivenessCapture(self.channel, sequence_id, self.timeout_s, client_id,
-                                       customer_id)
+                                       customer_id, application)
         try:
             await capture.start()
         except Exception as exc:
@@ -399,9 +429,10 @@ class AsyncKycClient:
     async def liveness_session(self, perform: Perform,
                                sequence_id: int | str | None = None,
                                fps: float | None = CAMERA_FPS, client_id: str | None = None,
-                               customer_id: str | None = None) -> LivenessSession:
+                               customer_id: str | None = None,
+                               application: str | None = None) -> LivenessSession:
         """As :meth:`KycClient.liveness_session`: never retried."""
-        capture = await self.liveness_capture(sequence_id, client_id, customer_id)
+        capture = await self.liveness_capture(sequence_id, client_id, customer_id, application)
         try:
             start = capture.started
             assert start is not None

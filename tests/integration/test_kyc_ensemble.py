@@ -19,8 +19,8 @@ from datetime import date, timedelta
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from tritonclient.utils import InferenceServerException
 from PIL import Image
+from tritonclient.utils import InferenceServerException
 
 from kyc.assets.fetch import fetch_test_photos
 from kyc.document.synthetic import (
@@ -59,8 +59,9 @@ def document(photos, seed: int, *, expired: bool = False, forged: bool = False,
                            mrz_lines=lines).jpeg_bytes()
 
 
-def token_of(server, client, photos, role: str) -> bytes:
-    replies = live_session(server.options.grpc_url, Person(server.options.grpc_url, role))
+def token_of(server, client, photos, role: str, application: str | None = None) -> bytes:
+    replies = live_session(server.options.grpc_url, Person(server.options.grpc_url, role),
+                           application=application)
     end = replies[-1]
     assert not isinstance(end, Exception) and end.is_live, end
     return end.token
@@ -86,8 +87,10 @@ def inputs(doc: bytes, selfie: bytes, token: bytes) -> list:
     return tensors
 
 
-def verify(client, doc: bytes, selfie: bytes, token: bytes = b"") -> dict:
-    result = client.infer("kyc_ensemble", inputs(doc, selfie, token))
+def verify(client, doc: bytes, selfie: bytes, token: bytes = b"",
+           application: str | None = None) -> dict:
+    result = client.infer("kyc_ensemble", inputs(doc, selfie, token),
+                          parameters={"kyc_application": application} if application else None)
     report = json.loads(result.as_numpy("REPORT")[0, 0])
     assert result.as_numpy("DECISION")[0, 0].decode() == report["decision"]
     report["_scores"] = {k: float(result.as_numpy(k)[0, 0])
@@ -172,7 +175,7 @@ def test_an_altered_token_is_rejected_as_invalid(client, photos, token_a):
 
 def test_garbage_in_a_concurrent_batch_fails_alone(server, photos, token_a):
     doc, selfie = document(photos, 6), photos["person_a_2"].read_bytes()
-    batch = [inputs(doc, selfie, token_a), inputs(doc, b"\x00garbage", token_a),
+    batch = [inputs(doc, selfie, b""), inputs(doc, b"\x00garbage", token_a),
              inputs(doc, selfie, b""), inputs(b"not an image", selfie, b"")]
     results = concurrently(server.options.grpc_url, "kyc_ensemble", batch)
     decisions = [None if isinstance(r, Exception) else r.as_numpy("DECISION")[0, 0].decode()
@@ -259,3 +262,25 @@ def test_internal_steps_called_directly_give_no_verdict(client, photos):
     with pytest.raises(InferenceServerException, match="not of the images kyc_intake sealed"):
         _call(client, "kyc_decision", {**forged, "ADMISSION": intake["ADMISSION"],
                                        "SEAL": intake["SEAL"]})
+
+
+def test_a_token_verifies_once_the_application_its_start_named_and_the_verdict_is_signed(
+        server, client, photos):
+    """The review's mule: one live session vouched for three applications. Now the
+    token is bound to the application its START named, and spent by its first
+    verification; the verdict names the application under the server's signature."""
+    from kyc.liveness.token import load_key
+    from kyc.verdict import VerdictSigner, public_key_text, verify_verdict
+
+    token = token_of(server, client, photos, "person_a_2", application="app-1")
+    doc, selfie = document(photos, 8), photos["person_a_2"].read_bytes()
+    mule = verify(client, doc, selfie, token, application="app-2")
+    assert mule["decision"] == "reject" and "liveness_token_invalid" in mule["reasons"], mule
+    first = verify(client, doc, selfie, token, application="app-1")
+    assert first["reasons"] == ["liveness_without_passive_pad"], first
+    again = verify(client, doc, selfie, token, application="app-1")
+    assert again["decision"] == "reject" and "liveness_token_reused" in again["reasons"]
+    public = public_key_text(VerdictSigner(load_key(server.token_key_environment)).public_key)
+    claims = verify_verdict({k: v for k, v in first.items() if k != "_scores"}, public)
+    assert claims["application"] == "app-1" and claims["decision"] == first["decision"]
+    assert claims["models"]["kyc_decision"] >= 1 and claims["liveness_token"]

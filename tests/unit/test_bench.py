@@ -190,8 +190,8 @@ def test_an_ensemble_is_timed_by_its_steps_and_a_model_by_itself():
     assert pipeline_steps(SHIPPED_REPOSITORY, "document_ocr") == [
         "kyc_intake", "ocr_preprocess", "ocr_det", "ocr_postprocess"]
     assert pipeline_steps(SHIPPED_REPOSITORY, "kyc_ensemble") == [
-        "kyc_intake", "face_preprocess", "face_embedding", "ocr_preprocess", "ocr_det",
-        "ocr_fields", "kyc_decision"]
+        "kyc_intake", "face_preprocess", "ocr_preprocess", "ocr_det", "ocr_fields",
+        "kyc_decision"]  # face_embedding: inside kyc_decision (BLS, the attested faces)
     assert pipeline_steps(SHIPPED_REPOSITORY, "face_embedding") == ["face_embedding"]
 
 

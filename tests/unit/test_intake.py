@@ -113,7 +113,8 @@ def parameters(model: str) -> dict[str, str]:
 
 def test_the_client_image_limits_are_defined_once_by_the_intake_and_read_by_the_steps():
     intake = from_parameters(IntakeSettings, parameters("kyc_intake"))
-    assert set(parameters("kyc_intake")) == {"max_image_bytes", "max_image_pixels", "admission"}
+    assert set(parameters("kyc_intake")) == {"max_image_bytes", "max_image_pixels",
+                                            "max_pixels_per_byte", "admission"}
     for model in ("face_preprocess", "ocr_preprocess"):
         after = parameters(model)
         assert after["limits_model"] == "kyc_intake", model

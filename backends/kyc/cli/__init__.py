@@ -108,6 +108,7 @@ def command_entry_points() -> list[EntryPoint]:
 def build_parser() -> argparse.ArgumentParser:
     from kyc.cli.eval import add_eval_parser
     from kyc.cli.tune import add_tune_parser
+    from kyc.cli.verdict import add_verdict_parser
     from kyc.cli.verify import add_parsers as add_verify_parsers
     from kyc.cli.web import add_web_parser
     from kyc.ops.cli import add_parsers as add_deploy_parsers
@@ -123,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_tune_parser(sub)
     add_eval_parser(sub)
     add_verify_parsers(sub)
+    add_verdict_parser(sub)
     add_web_parser(sub)
     add_deploy_parsers(sub)
     add_health_parser(sub)

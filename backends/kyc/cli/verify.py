@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import uuid
 from pathlib import Path
 
 EXIT = {"approve": 0, "review": 3, "reject": 4}
@@ -46,6 +47,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                              "(a demo: frames made by software, see SECURITY.md)")
     verify.add_argument("--url", default="127.0.0.1:8001", help="gRPC host:port")
     verify.add_argument("--timeout", type=float, default=60.0, help="seconds per request")
+    verify.add_argument("--application", metavar="REF",
+                        help="your reference of this application: the liveness token is "
+                             "bound to it and the signed verdict names it (default: a new "
+                             "random one)")
     _add_channel_options(verify)
     verify.set_defaults(func=cmd_verify)
 
@@ -100,12 +105,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
     except OSError as exc:
         _progress(f"kyc verify: cannot read {exc.filename}: {exc.strerror}")
         return EXIT_ERROR
+    application = args.application or f"cli-{uuid.uuid4().hex}"
     try:
         with KycClient(channel_of(args), timeout_s=args.timeout) as client:
             token = b""
             if recorded is not None or demo is not None:
-                token = _liveness(client, args.url, recorded, demo)
-            result = client.verify(document, selfie, token)
+                token = _liveness(client, recorded, demo, application)
+            result = client.verify(document, selfie, token, application=application)
     except KycError as exc:
         _progress(f"kyc verify: {type(exc).__name__}: {exc}")
         return EXIT_ERROR
@@ -115,7 +121,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return EXIT[result.decision]
 
 
-def _liveness(client, url: str, recorded: list[bytes] | None, demo: bytes | None) -> bytes:
+def _liveness(client, recorded: list[bytes] | None, demo: bytes | None,
+              application: str) -> bytes:
     interactive = sys.stderr.isatty()
 
     def on_reply(k: int, n: int, reply) -> None:
@@ -127,11 +134,12 @@ def _liveness(client, url: str, recorded: list[bytes] | None, demo: bytes | None
 
     if recorded is not None:
         _progress(f"liveness: {len(recorded)} recorded frames, sent as they are")
-        session = client.liveness_replay(recorded)
+        session = client.liveness_replay(recorded, application=application)
     else:
         _progress("demo: rendering each move asked from one photo (frames made by software, "
                   "not a live capture)")
-        session = client.liveness_session(_demo_performer(client, demo), on_reply=on_reply)
+        session = client.liveness_session(_demo_performer(client, demo), on_reply=on_reply,
+                                          application=application)
         if interactive:
             _progress("")
     final = session.final.status

@@ -7,7 +7,9 @@ codes; each is a ``reject`` or a ``review`` reason:
 
 reject: ``face_mismatch`` (both faces found, cosine below the threshold),
 ``liveness_failed`` (a genuine token that says not live), ``liveness_token_invalid``
-(altered, made with another key, or not a token), ``selfie_not_live_person`` (the
+(altered, made with another key, not a token, or bound to another application),
+``liveness_token_reused`` (a genuine token already spent by a verification:
+kyc.decision.ledger), ``selfie_not_live_person`` (the
 selfie is not the face the liveness session saw), ``mrz_check_failed``,
 ``document_expired``, ``underage``, ``high_fraud_score``.
 
@@ -42,8 +44,9 @@ from kyc.decision.features import age_years
 from kyc.document.visual import shows_mrz_fields
 from kyc.pipeline.seal import SEAL_MAX_AGE_S
 
-REJECT = ("face_mismatch", "liveness_failed", "liveness_token_invalid", "selfie_not_live_person",
-          "mrz_check_failed", "document_expired", "underage", "high_fraud_score")
+REJECT = ("face_mismatch", "liveness_failed", "liveness_token_invalid", "liveness_token_reused",
+          "selfie_not_live_person", "mrz_check_failed", "document_expired", "underage",
+          "high_fraud_score")
 REVIEW = ("no_face_in_document", "no_face_in_selfie", "multiple_faces_in_selfie",
           "liveness_missing", "liveness_token_expired", "liveness_without_passive_pad",
           "mrz_not_found", "visual_zone_mismatch", "elevated_fraud_score")
@@ -65,6 +68,9 @@ class DecisionSettings:
     approve_without_passive_pad: bool = False
     # kyc_intake's seal is refused past this age (kyc.pipeline.seal)
     seal_max_age_s: float = SEAL_MAX_AGE_S
+    # a token whose START named no application (kyc_application) is refused (true) or
+    # taken, once (false: clients of the contract that name none keep working)
+    require_bound_token: bool = False
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,7 @@ class LivenessEvidence:
     provided: bool
     valid: bool = False
     expired: bool = False
+    reused: bool = False  # genuine, but spent by an earlier verification
     live: bool = False
     passive_pad: bool = False  # a passive anti-spoofing model ran in the session
     score: float = -1.0
@@ -118,6 +125,8 @@ def decide(findings: Findings, settings: DecisionSettings, match_threshold: floa
         reasons.add("liveness_missing")
     elif live.expired:
         reasons.add("liveness_token_expired")
+    elif live.reused:
+        reasons.add("liveness_token_reused")
     elif not live.valid:
         reasons.add("liveness_token_invalid")
     else:

@@ -29,12 +29,21 @@ import numpy as np
 
 from kyc.decision.custody import check_custody
 from kyc.decision.features import FEATURES, FEATURES_VERSION, Observation, vector
+from kyc.decision.ledger import Ledger, LedgerUnavailableError, MemoryLedger, ledger_from_environ
 from kyc.decision.policy import DecisionSettings, Findings, LivenessEvidence, decide
 from kyc.intake.admission import TicketReturns
 from kyc.liveness.token import TokenError, TokenExpiredError, TokenSealer, load_key
 from kyc.pipeline.modelconfig import Repository
-from kyc.pipeline.seal import Sealer, pipeline_sealer
-from kyc.pipeline.step import Answer, Request, RequestError, StepContext, require
+from kyc.pipeline.seal import SealClaims, Sealer, pipeline_sealer
+from kyc.pipeline.step import (
+    Answer,
+    Request,
+    RequestError,
+    StepContext,
+    UnavailableError,
+    require,
+)
+from kyc.verdict import VerdictSigner, application_ref
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +98,9 @@ class DecisionStep:
                  sealer: TokenSealer, score: FraudScorer, embed: Embedder,
                  custody: Sealer, today: Callable[[], date] = date.today,
                  admission: TicketReturns | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, ledger: Ledger | None = None,
+                 signer: VerdictSigner | None = None,
+                 repository: Repository | None = None) -> None:
         self.settings = settings
         self.match_threshold = match_threshold
         self.sealer = sealer
@@ -99,6 +110,10 @@ class DecisionStep:
         self.today = today
         self.admission = admission  # kyc_intake's tickets, given back here
         self.clock = clock
+        self.ledger = ledger or MemoryLedger(clock)  # spent liveness tokens
+        self.signer = signer  # None: verdicts go unsigned (a step built without a key)
+        self.repository = repository  # the model versions each verdict names
+        self._models: dict[str, int] = {}  # read once per execute
 
     @classmethod
     def from_context(cls, context: StepContext) -> DecisionStep:
@@ -113,10 +128,13 @@ class DecisionStep:
         custody = pipeline_sealer(context.environ)
         if custody is None:  # load_key above raised already; kept for the type
             raise RuntimeError("kyc_decision needs the token key")
-        return cls(settings, match_threshold, TokenSealer(load_key(context.environ)),
+        key = load_key(context.environ)
+        return cls(settings, match_threshold, TokenSealer(key),
                    lambda features: antifraud({"FEATURES": features})["FRAUD_SCORE"],
                    lambda faces: embedder({"FACE": faces})["EMBEDDING"], custody,
-                   admission=TicketReturns() if context.in_server else None)
+                   admission=TicketReturns() if context.in_server else None,
+                   ledger=ledger_from_environ(context.environ), signer=VerdictSigner(key),
+                   repository=context.repository)
 
     def give_back(self, requests: Sequence[Request]) -> None:
         """Give back the admission tickets of the customers of ``requests`` (their work
@@ -146,13 +164,18 @@ class DecisionStep:
                 prepared.append(check)
                 continue
             try:
-                prepared.append(self._prepare(request.inputs, next(embeddings), today))
+                prepared.append({**self._prepare(request.inputs, next(embeddings), today,
+                                                 application_ref(request.parameters)),
+                                 "seal": check})
+            except LedgerUnavailableError as exc:
+                prepared.append(UnavailableError(f"kyc_decision: {exc}: retry"))
             except (RequestError, ValueError, KeyError) as exc:
                 prepared.append(RequestError(f"kyc_decision: {exc}"))
             except Exception as exc:  # this request only (reported by its type)
                 prepared.append(exc)
         rows = [p for p in prepared if not isinstance(p, Exception)]
         scores = self._fraud_scores([p["features"] for p in rows], self.score)
+        self._models = self._model_versions()
         answers: list[Answer] = []
         k = 0
         for item in prepared:
@@ -175,6 +198,27 @@ class DecisionStep:
         out = np.asarray(self.embed(faces), np.float32).reshape(len(faces), -1)
         return [(out[2 * k], out[2 * k + 1]) for k in range(len(inputs))]
 
+    def _signed(self, item: dict[str, Any], decision: str, reasons: list[str]) -> dict[str, Any]:
+        """What the verdict's signature covers (kyc.verdict)."""
+        seal: SealClaims = item["seal"]
+        return {"decision": decision, "reasons": list(reasons),
+                "application": item["application"], "issued_at": int(self.clock()),
+                "images": {"document": seal.document, "selfie": seal.selfie},
+                "liveness_token": item["token_id"], "models": self._models}
+
+    def _model_versions(self) -> dict[str, int]:
+        """The newest version of every model in the repository serving this verdict."""
+        if self.repository is None:
+            return {}
+        root = self.repository.root
+        versions = {}
+        for folder in sorted(p for p in root.iterdir() if (p / "config.pbtxt").is_file()):
+            try:
+                versions[folder.name] = int(self.repository.latest_version(folder.name).name)
+            except (FileNotFoundError, ValueError):
+                continue
+        return versions
+
     @staticmethod
     def _fraud_scores(features: list[np.ndarray], score: FraudScorer) -> np.ndarray:
         if not features:
@@ -182,7 +226,8 @@ class DecisionStep:
         return np.asarray(score(np.stack(features)), np.float32).reshape(-1)
 
     def _prepare(self, arrays: Mapping[str, np.ndarray],
-                 embeddings: tuple[np.ndarray, np.ndarray], today: date) -> dict[str, Any]:
+                 embeddings: tuple[np.ndarray, np.ndarray], today: date,
+                 application: str | None) -> dict[str, Any]:
         require(arrays, INPUTS)
         doc_found = bool(arrays["DOC_FACE_FOUND"].reshape(-1)[0])
         selfie_found = bool(arrays["SELFIE_FACE_FOUND"].reshape(-1)[0])
@@ -196,8 +241,8 @@ class DecisionStep:
                        if (document.get("mrz") or {}).get("lines") else set())
         visual = [line["text"] for k, line in enumerate(lines) if k not in read_as_mrz]
         mrz_conf = [lines[k]["confidence"] for k in read_as_mrz]
-        liveness = self._liveness(arrays["LIVENESS_TOKEN"].reshape(-1)[0], selfie_emb,
-                                  selfie_found)
+        liveness, token_id = self._liveness(arrays["LIVENESS_TOKEN"].reshape(-1)[0],
+                                            selfie_emb, selfie_found, application)
         selfie_quality = json.loads(_text(arrays["SELFIE_QUALITY"], 0))
         doc_quality = json.loads(_text(arrays["DOC_QUALITY"], 0))
         observation = Observation(
@@ -210,18 +255,40 @@ class DecisionStep:
             document=document, mrz_confidence=float(np.mean(mrz_conf)) if mrz_conf else 0.0,
             selfie_quality=selfie_quality, document_face_quality=doc_quality)
         return {"observation": observation, "liveness": liveness, "visual": visual,
-                "features": vector(observation, today),
+                "features": vector(observation, today), "application": application,
+                "token_id": token_id,
                 "quality": {"selfie": selfie_quality, "document_face": doc_quality}}
 
-    def _liveness(self, token: Any, selfie: np.ndarray, selfie_found: bool) -> LivenessEvidence:
+    def _liveness(self, token: Any, selfie: np.ndarray, selfie_found: bool,
+                  application: str | None) -> tuple[LivenessEvidence, str | None]:
+        """What the token says, and its id when it was spent here (one token, one
+        verification: kyc.decision.ledger)."""
         data = token if isinstance(token, bytes) else str(token).encode()
         if not data:
-            return LivenessEvidence(provided=False)
+            return LivenessEvidence(provided=False), None
         try:
             claims = self.sealer.open(data)
         except TokenError as exc:
             return LivenessEvidence(provided=True, expired=isinstance(exc, TokenExpiredError),
-                                    problem=str(exc))
+                                    problem=str(exc)), None
+        problem = self._binding_problem(claims.application, application)
+        if problem is not None:
+            return LivenessEvidence(provided=True, problem=problem), None
+        if not self.ledger.spend(claims.token_id, claims.expires_at):
+            return LivenessEvidence(provided=True, reused=True,
+                                    problem="token was spent by an earlier verification"), None
+        return self._evidence(claims, selfie, selfie_found), claims.token_id
+
+    def _binding_problem(self, bound: str | None, given: str | None) -> str | None:
+        if bound is None:
+            return ("token is bound to no application: its START named no kyc_application"
+                    if self.settings.require_bound_token else None)
+        if bound != given:
+            return "token is bound to another application than this request's kyc_application"
+        return None
+
+    @staticmethod
+    def _evidence(claims: Any, selfie: np.ndarray, selfie_found: bool) -> LivenessEvidence:
         similarity = None
         if (selfie_found and claims.embedding is not None
                 and claims.embedding.shape == selfie.shape):
@@ -255,7 +322,11 @@ class DecisionStep:
                                for name, v in zip(FEATURES, item["features"], strict=True)},
             "policy": {k: figures[k] for k in ("min_age", "fraud_review_threshold",
                                                "fraud_reject_threshold")},
+            "application": item["application"],
+            "models": self._models,
         }
+        if self.signer is not None:
+            report["signature"] = self.signer.sign(self._signed(item, decision, reasons))
         return {
             "DECISION": np.array([[decision.encode()]], dtype=np.object_),
             "FACE_MATCH_SCORE": np.array([[obs.face_match_score]], dtype=np.float32),

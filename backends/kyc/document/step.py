@@ -108,7 +108,8 @@ class OcrPreprocessStep:
             return exc
         out = {"CANVAS": _stacked([p[0] for p in pages]), "SCALE": np.stack([p[1] for p in pages])}
         return {**out, "ATTESTATION": text_tensor([
-            self.sealer.attest(CANVAS_KIND, digest(image), {n: out[n][row] for n in CANVAS_ATTESTED})
+            self.sealer.attest(CANVAS_KIND, digest(image),
+                               {n: out[n][row] for n in CANVAS_ATTESTED})
             if self.sealer is not None else "" for row, image in enumerate(images)])}
 
 

@@ -23,10 +23,10 @@ import numpy as np
 
 from kyc.intake import (
     ADMISSION_OUTPUT,
-    SEAL_OUTPUT,
     ENTRY_OF_IMAGES,
     IMAGE_INPUTS,
     OUTPUT_PREFIX,
+    SEAL_OUTPUT,
     IntakeSettings,
     check_images,
 )

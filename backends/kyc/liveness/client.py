@@ -95,12 +95,15 @@ def frame_input(frame: bytes) -> Any:
     return bytes_input("FRAME", frame)
 
 
-def start_parameters(client_id: str | None = None, customer_id: str | None = None
-                     ) -> dict[str, str]:
+def start_parameters(client_id: str | None = None, customer_id: str | None = None,
+                     application: str | None = None) -> dict[str, str]:
     """START's request parameters: who starts the session, so that the server can bound
     the sessions one client (an address, a device) or one customer (the operator's
-    applicant id) starts in a while. The server keeps only salted digests of them."""
-    out = {}
+    applicant id) starts in a while (the server keeps only salted digests of them); and
+    the application the token will serve (kyc.verdict: the token is bound to it)."""
+    from kyc.verdict import APPLICATION_PARAMETER
+
+    out = {APPLICATION_PARAMETER: application} if application else {}
     if client_id:
         out["kyc_client"] = str(client_id)
     if customer_id:
@@ -161,10 +164,12 @@ class LivenessCapture:
 
     def __init__(self, url: str | Channel, sequence_id: int | str | None = None,
                  timeout_s: float = TIMEOUT_S, client_id: str | None = None,
-                 customer_id: str | None = None, parameters: dict | None = None) -> None:
+                 customer_id: str | None = None, parameters: dict | None = None,
+                 application: str | None = None) -> None:
         self.sequence_id = sequence_id if sequence_id is not None else uuid.uuid4().hex
         self.timeout_s = timeout_s
-        self.parameters = {**start_parameters(client_id, customer_id), **(parameters or {})}
+        self.parameters = {**start_parameters(client_id, customer_id, application),
+                           **(parameters or {})}
         self.started: LivenessReply | None = None
         self.progress: dict = {}  # the latest reply's progress (moves_done, next...)
         self._stream = LivenessStream(url)
@@ -261,14 +266,14 @@ class AsyncLivenessCapture:
 
     def __init__(self, url: str | Channel, sequence_id: int | str | None = None,
                  timeout_s: float = TIMEOUT_S, client_id: str | None = None,
-                 customer_id: str | None = None) -> None:
+                 customer_id: str | None = None, application: str | None = None) -> None:
         import asyncio
 
         import tritonclient.grpc.aio as aioclient
 
         self.sequence_id = sequence_id if sequence_id is not None else uuid.uuid4().hex
         self.timeout_s = timeout_s
-        self.parameters = start_parameters(client_id, customer_id)
+        self.parameters = start_parameters(client_id, customer_id, application)
         self.started: LivenessReply | None = None
         self._channel = as_channel(url)
         self._client = self._channel.grpc_client(aioclient)
@@ -404,8 +409,8 @@ MOVE_TRIES = 3  # a move not seen is made again, as a person told "a little more
 def perform_session(url: str | Channel, perform: Perform, sequence_id: int | str | None = None,
                     on_reply: Callable[[int, int, LivenessReply], None] | None = None,
                     fps: float | None = CAMERA_FPS, client_id: str | None = None,
-                    customer_id: str | None = None, max_moves: int = 8
-                    ) -> list[LivenessReply | Exception]:
+                    customer_id: str | None = None, max_moves: int = 8,
+                    application: str | None = None) -> list[LivenessReply | Exception]:
     """A session as an app runs it with a person in front of the camera: START, then
     ``perform(None)`` (frames facing the camera), then for each move as the server tells
     it (START's ``challenge.next``, then each reply's ``progress.next``) the frames of
@@ -413,8 +418,8 @@ def perform_session(url: str | Channel, perform: Perform, sequence_id: int | str
     or a move was not seen, ``perform(None)`` again with END on its last frame. At most
     ``fps`` frames a second. One reply per request, START's first (only START's when it
     failed); ``on_reply(k, n, reply)`` sees each frame's reply (``n``: frames so far)."""
-    with LivenessCapture(url, sequence_id, client_id=client_id,
-                         customer_id=customer_id) as capture:
+    with LivenessCapture(url, sequence_id, client_id=client_id, customer_id=customer_id,
+                         application=application) as capture:
         try:
             started = capture.start()
         except Exception as exc:  # the server's answer to START

@@ -152,7 +152,7 @@ class LivenessSettings:
     max_starts_per_client: int = 10
     max_starts_per_customer: int = 5
     start_window_s: float = 600.0
-    token_ttl_s: float = 300.0
+    token_ttl_s: float = 120.0
     max_image_bytes: int = 4 * 1024 * 1024
     # A frame is a camera's: 4K UHD, the largest video mode of phones and webcams (the
     # page sends 480 pixels a side). A photo's 40 MP let one 4.9 KB PNG frame cost
@@ -225,6 +225,7 @@ class Session:
     base_views: list[TurnView] = field(default_factory=list)  # the baseline frames' views
     turn_views: dict[int, list[TurnView]] = field(default_factory=dict)  # by yaw sign
     track: Track | None = None  # the zones so far, once the baseline is known
+    application: str | None = None  # the START's kyc_application: the token is bound to it
 
     def add(self, frame: Frame, now: float, settings: LivenessSettings | None = None,
             view: FaceView | None = None) -> None:

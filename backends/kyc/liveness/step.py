@@ -28,6 +28,7 @@ import dataclasses
 import json
 import logging
 import math
+import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -54,6 +55,7 @@ from kyc.liveness.store import SessionLimitError, SessionStore, StartLimiter, St
 from kyc.liveness.token import LivenessClaims, TokenSealer, load_key
 from kyc.pipeline.step import Answer, Request, RequestError, StepContext, encoded_items
 from kyc.pipeline.triton import instance_count
+from kyc.verdict import application_ref
 
 log = logging.getLogger(__name__)
 
@@ -215,11 +217,13 @@ class LivenessStep:
                 return
             try:
                 challenge = self._challenge_for(item.parameters or {})
-            except RequestError as exc:
-                item.error = exc
+                application = application_ref(item.parameters or {})
+            except (RequestError, ValueError) as exc:
+                item.error = RequestError(str(exc))
                 return
             try:
-                if self.store.start(item.sid, Session(challenge, now, now)):
+                if self.store.start(item.sid, Session(challenge, now, now,
+                                                      application=application)):
                     self.metrics.restarted()
             except SessionLimitError as exc:
                 item.error = exc
@@ -389,7 +393,8 @@ class LivenessStep:
         return self.sealer.seal(LivenessClaims(
             session=str(sid), is_live=verdict.is_live, score=verdict.score, issued_at=issued,
             expires_at=issued + self.settings.token_ttl_s, challenge=session.challenge,
-            embedding=verdict.best_embedding, checks=dict(verdict.checks)))
+            embedding=verdict.best_embedding, checks=dict(verdict.checks),
+            application=session.application, token_id=secrets.token_hex(16)))
 
     @staticmethod
     def _outputs(status: dict, is_live: bool, score: float, token: bytes) -> Answer:

@@ -119,6 +119,10 @@ class LivenessClaims:
     # check name -> True/False, or "not_configured"/"off" for one that did not run;
     # None: a token from before checks were carried
     checks: dict | None = None
+    # the application reference its START gave (None: unbound), and its own random id,
+    # spent by the first verification (kyc.decision.ledger)
+    application: str | None = None
+    token_id: str = ""
 
     @property
     def passive_pad(self) -> bool:
@@ -131,7 +135,8 @@ class LivenessClaims:
         return json.dumps({"sid": self.session, "live": self.is_live, "score": self.score,
                            "iat": self.issued_at, "exp": self.expires_at,
                            "challenge": list(self.challenge), "emb": embedding,
-                           "checks": self.checks},
+                           "checks": self.checks, "app": self.application,
+                           "jti": self.token_id},
                           separators=(",", ":")).encode()
 
     @classmethod
@@ -143,9 +148,14 @@ class LivenessClaims:
             checks = raw.get("checks")
             if checks is not None and not isinstance(checks, dict):
                 raise TypeError("checks is not an object")
+            application = raw.get("app")
+            if application is not None and not isinstance(application, str):
+                raise TypeError("app is not a string")
+            # a token sealed before token ids: named by its sealed session and time
+            token_id = str(raw.get("jti") or f"{raw['sid']}@{raw['iat']}")
             return cls(str(raw["sid"]), bool(raw["live"]), float(raw["score"]),
                        float(raw["iat"]), float(raw["exp"]), tuple(raw["challenge"]), embedding,
-                       checks)
+                       checks, application, token_id)
         except (ValueError, KeyError, TypeError, binascii.Error) as exc:
             raise TokenError(f"token content is malformed: {type(exc).__name__}") from None
 

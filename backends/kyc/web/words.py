@@ -45,6 +45,7 @@ TOLD_FOR = {
     "liveness_failed": "liveness_not_confirmed",
     "liveness_token_invalid": "liveness_not_confirmed",
     "liveness_token_expired": "liveness_not_confirmed",
+    "liveness_token_reused": "liveness_not_confirmed",
     "liveness_missing": "liveness_not_confirmed",
     "liveness_without_passive_pad": "person_reviews",
     "mrz_not_found": "document_unreadable",
