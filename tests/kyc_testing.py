@@ -181,7 +181,7 @@ def redis_server(workdir: Path, timeout_s: float = 15.0) -> Iterator[str]:
     """A real ``redis-server`` on a free loopback port, nothing persisted (the token
     ledger's entries live one token lifetime): its ``redis://`` URL, stopped after.
     Missing, it fails the test with the command that installs it (never a skip)."""
-    import redis
+    from kyc.decision.ledger import LedgerUnavailableError, RespConnection
 
     binary = shutil.which("redis-server")
     if binary is None:
@@ -194,17 +194,17 @@ def redis_server(workdir: Path, timeout_s: float = 15.0) -> Iterator[str]:
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     url = f"redis://127.0.0.1:{port}/0"
     try:
-        with redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1) as client:
-            deadline = time.monotonic() + timeout_s
-            while True:
-                try:
-                    client.ping()
-                    break
-                except redis.ConnectionError:
-                    if process.poll() is not None or time.monotonic() > deadline:
-                        tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
-                        pytest.fail(f"redis-server did not answer PING on {port}:\n{tail}")
-                    time.sleep(0.05)
+        client, deadline = RespConnection(url), time.monotonic() + timeout_s
+        while True:
+            try:
+                client.command("PING")
+                break
+            except LedgerUnavailableError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+                    pytest.fail(f"redis-server did not answer PING on {port}:\n{tail}")
+                time.sleep(0.05)
+        client.close()
         yield url
     finally:
         process.terminate()

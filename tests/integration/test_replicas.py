@@ -25,7 +25,6 @@ from kyc.liveness.token import ENV_KEY, ENV_KEY_FILE, key_id, load_key
 from kyc_testing import (
     SHIPPED_REPOSITORY,
     Person,
-    ServerError,
     copy_tree,
     live_session,
     redis_server,
@@ -95,16 +94,6 @@ def test_a_replica_with_another_key_refuses_the_token_naming_both_keys(
     assert "every server must have the same KYC_TOKEN_KEY" in problem
 
 
-# Where the venv's Python (pyenv 3.11.7 on the CI machines) is newer than the Debian
-# libpython3.11 (3.11.2) that the local server's Python stub embeds, the stub takes the
-# venv's stdlib, whose _ssl needs a symbol 3.11.2 lacks (_PyModule_Add): `import ssl`
-# fails, and redis-py, which names ssl.VerifyMode at import, with it; kyc_decision
-# with KYC_TOKEN_LEDGER then fails to load. Expected to fail only for that, until the
-# local server's stub and venv are one Python (the image's are).
-STUB_WITHOUT_SSL = ("the local server's Python stub cannot import ssl (venv stdlib newer "
-                    "than the embedded libpython): redis-py cannot load in kyc_decision")
-
-
 @pytest.fixture(scope="module")
 def shared_ledger(server, tmp_path_factory):
     """Two replicas with A's token key and one ledger, a redis-server of this module's
@@ -113,14 +102,7 @@ def shared_ledger(server, tmp_path_factory):
         ledger = stack.enter_context(contextlib.ExitStack())
         url = ledger.enter_context(redis_server(tmp_path_factory.mktemp("ledger")))
         environment = {**server.token_key_environment, ENV_LEDGER: url}
-        try:
-            one = replica(tmp_path_factory, environment)
-        except ServerError:
-            logs = sorted(tmp_path_factory.getbasetemp().glob("replica*/log.txt"),
-                          key=lambda p: p.stat().st_mtime)
-            if logs and "VerifyMode" in logs[-1].read_text(errors="replace"):
-                pytest.xfail(STUB_WITHOUT_SSL)
-            raise
+        one = replica(tmp_path_factory, environment)
         stack.callback(one.stop)
         two = replica(tmp_path_factory, environment)
         stack.callback(two.stop)

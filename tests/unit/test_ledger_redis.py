@@ -10,9 +10,14 @@ import time
 
 import numpy as np
 import pytest
-import redis
 
-from kyc.decision.ledger import KEY_PREFIX, LedgerUnavailableError, RedisLedger, ledger_from_environ
+from kyc.decision.ledger import (
+    KEY_PREFIX,
+    LedgerUnavailableError,
+    RedisLedger,
+    RespConnection,
+    ledger_from_environ,
+)
 from kyc.decision.policy import DecisionSettings
 from kyc.decision.step import DecisionStep
 from kyc.liveness.token import KEY_BYTES, LivenessClaims, TokenSealer
@@ -38,10 +43,11 @@ def test_an_entry_expires_with_its_token_so_the_store_holds_one_token_lifetime(r
     expires = time.time() + 120
     spent = token_id()
     assert RedisLedger(redis_url).spend(spent, expires)
-    with redis.Redis.from_url(redis_url) as client:
-        assert client.expiretime(KEY_PREFIX + spent) == int(expires) + 1
-        assert 0 < client.ttl(KEY_PREFIX + spent) <= 121
-        assert client.get(KEY_PREFIX + spent) == b"1"  # nothing of the customer is stored
+    client = RespConnection(redis_url)
+    assert client.command("EXPIRETIME", KEY_PREFIX + spent) == int(expires) + 1
+    assert 0 < client.command("TTL", KEY_PREFIX + spent) <= 121
+    assert client.command("GET", KEY_PREFIX + spent) == "1"  # nothing of the customer
+    client.close()
 
 
 def test_two_replicas_spending_one_token_at_once_cannot_both_win(redis_url):

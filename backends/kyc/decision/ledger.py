@@ -7,7 +7,7 @@ ledger. An entry lives until the token's own expiry, so the ledger holds at most
 tokens of one token lifetime.
 
 Where the ledger is: ``KYC_TOKEN_LEDGER``.
-- ``redis://HOST:PORT/DB`` (or ``rediss://``): a Redis server every replica reaches;
+- ``redis://[:PASSWORD@]HOST:PORT/DB``: a Redis server every replica reaches;
   one ``SET key 1 NX EXAT expiry`` per token, atomic on the server, so two replicas
   spending the same token at once cannot both win. deploy/ runs one; ``make test``
   starts a real one for the replica test. A ledger that cannot be reached refuses
@@ -20,6 +20,7 @@ Where the ledger is: ``KYC_TOKEN_LEDGER``.
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -60,22 +61,88 @@ class MemoryLedger:
 
 
 class RedisLedger:
-    """Spent tokens in a Redis server shared by every replica."""
+    """Spent tokens in a Redis server shared by every replica: one ``SET key 1 NX EXAT
+    expiry`` a token, over :class:`RespConnection`."""
 
     def __init__(self, url: str, timeout_s: float = 1.0) -> None:
-        import redis  # only where a shared ledger is configured
-
-        self._redis = redis.Redis.from_url(url, socket_timeout=timeout_s,
-                                           socket_connect_timeout=timeout_s)
-        self._errors = (redis.RedisError, OSError)
+        self.connection = RespConnection(url, timeout_s)
 
     def spend(self, token_id: str, expires_at: float) -> bool:
-        try:
-            return bool(self._redis.set(KEY_PREFIX + token_id, b"1", nx=True,
-                                        exat=max(int(expires_at) + 1, 1)))
-        except self._errors as exc:
-            raise LedgerUnavailableError(
-                f"the token ledger did not answer ({type(exc).__name__})") from None
+        reply = self.connection.command("SET", KEY_PREFIX + token_id, "1", "NX", "EXAT",
+                                        str(max(int(expires_at) + 1, 1)))
+        return reply == "OK"  # None: the key was there, spent before
+
+
+class RespConnection:
+    """A Redis connection that speaks RESP2 itself, for the few commands the ledger sends.
+
+    Why not redis-py: the local server's Python stubs embed Debian's libpython 3.11.2
+    with the venv's standard library (pyenv 3.11.7), whose ``_ssl`` does not load there,
+    and redis-py imports ``ssl`` whatever the URL: kyc_decision would not start with a
+    ledger configured. The protocol for SET/GET/TTL is a few lines. ``redis://[:PASSWORD
+    @]HOST[:PORT][/DB]``; no TLS (the ledger is reached inside the cluster, under a
+    NetworkPolicy). Any failure closes the socket (the next command reconnects) and
+    raises :class:`LedgerUnavailableError`."""
+
+    def __init__(self, url: str, timeout_s: float = 1.0) -> None:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(url)
+        if parts.scheme != "redis" or not parts.hostname:
+            raise ValueError(f"{ENV_LEDGER} must be redis://[:PASSWORD@]HOST[:PORT][/DB]")
+        self.address = (parts.hostname, parts.port or 6379)
+        self.password = parts.password
+        self.db = int(parts.path.strip("/") or 0)
+        self.timeout_s = timeout_s
+        self._sock: socket.socket | None = None
+        self._file = None
+        self._lock = threading.Lock()
+
+    def command(self, *args: str) -> str | int | None:
+        with self._lock:
+            try:
+                if self._sock is None:
+                    self._connect()
+                return self._roundtrip(args)
+            except (OSError, ValueError) as exc:
+                self.close()
+                raise LedgerUnavailableError(
+                    f"the token ledger did not answer ({type(exc).__name__})") from None
+
+    def _connect(self) -> None:
+        self._sock = socket.create_connection(self.address, timeout=self.timeout_s)
+        self._file = self._sock.makefile("rb")
+        if self.password:
+            self._roundtrip(("AUTH", self.password))
+        if self.db:
+            self._roundtrip(("SELECT", str(self.db)))
+
+    def _roundtrip(self, args: tuple[str, ...]) -> str | int | None:
+        encoded = [a.encode() for a in args]
+        self._sock.sendall(b"*%d\r\n" % len(encoded) + b"".join(  # type: ignore[union-attr]
+            b"$%d\r\n%s\r\n" % (len(a), a) for a in encoded))
+        return self._reply()
+
+    def _reply(self) -> str | int | None:
+        line = self._file.readline()  # type: ignore[union-attr]
+        if not line.endswith(b"\r\n"):
+            raise ConnectionError("the connection closed")
+        kind, body = line[:1], line[1:-2].decode()
+        if kind == b"+":
+            return body
+        if kind == b":":
+            return int(body)
+        if kind == b"$":
+            size = int(body)
+            return None if size < 0 else self._file.read(size + 2)[:-2].decode()  # type: ignore[union-attr]
+        if kind == b"-":
+            raise ValueError(f"redis refused: {body.split(' ', 1)[0]}")
+        raise ValueError("not a RESP2 reply")
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+        self._sock = self._file = None
 
 
 def ledger_from_environ(environ: Mapping[str, str] | None) -> Ledger:
@@ -85,6 +152,4 @@ def ledger_from_environ(environ: Mapping[str, str] | None) -> Ledger:
     url = (os.environ if environ is None else environ).get(ENV_LEDGER, "")
     if not url:
         return MemoryLedger()
-    if not url.startswith(("redis://", "rediss://", "unix://")):
-        raise ValueError(f"{ENV_LEDGER} must be a redis:// URL")
     return RedisLedger(url)
