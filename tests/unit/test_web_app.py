@@ -189,8 +189,10 @@ class Ensemble:
     def __init__(self, hold: asyncio.Event | None = None) -> None:
         self.hold, self.calls = hold, []
 
-    async def verify(self, document: bytes, selfie: bytes, token: bytes):
+    async def verify(self, document: bytes, selfie: bytes, token: bytes,
+                     application: str | None = None):
         self.calls.append((document, selfie, token))
+        self.applications = [*getattr(self, "applications", []), application]
         if self.hold is not None:
             await self.hold.wait()
         return answer()
@@ -268,3 +270,15 @@ def test_verifications_past_the_limit_at_once_are_answered_503_at_once_not_queue
     excess, done, after = asyncio.run(scenario())
     assert excess == (503, {"error": "busy", "message": words.ERROR["busy"]})
     assert [status for status, _ in done] == [200, 200] and after[0] == 200
+
+
+def test_the_application_the_session_was_bound_to_goes_with_the_verification_and_is_checked():
+    ensemble = Ensemble()
+    app = create_app(WebSettings(), kyc_client=lambda: ensemble)
+    bound = form_body(document=b"doc", selfie=b"me", liveness_token=b"dG9rZW4=",
+                      application=b"web-0123abcd")
+    assert asyncio.run(post(app, bound, FORM))[0] == 200
+    assert ensemble.applications == ["web-0123abcd"]
+    status, body = asyncio.run(post(app, form_body(document=b"doc", selfie=b"me",
+                                                   application=b"a\x01b"), FORM))
+    assert status == 400 and body["error"] == "bad_request"

@@ -10,8 +10,9 @@ Routes:
   findings and progress back in plain words, then sends ``{"type": "end"}`` and gets
   the verdict with its token (kept by the page in memory, never in a URL);
 - ``POST /api/verify`` a form (``multipart/form-data``: ``document``, ``selfie``, raw;
-  ``liveness_token``, base64) or JSON ``{"document", "selfie", "liveness_token"}``
-  (base64 each), read within caps as it streams in (:mod:`kyc.web.upload`) ->
+  ``liveness_token``, base64; ``application``, the reference the session's token is
+  bound to, which the verdict's signature names) or JSON ``{"document", "selfie",
+  "liveness_token"}`` (base64 each), read within caps as it streams in (:mod:`kyc.web.upload`) ->
   ``kyc_ensemble``'s decision and a few coarse reasons in plain words: never a score,
   a threshold or the report, which stay with the operator's backend;
 - ``GET /healthz``.
@@ -243,7 +244,8 @@ def create_app(settings: WebSettings, kyc_client: Callable[[], Any] | None = Non
         except BadInputError as exc:
             return _error(exc.code, exc.status)
         try:
-            result = await kyc().verify(upload.document, upload.selfie, upload.token)
+            result = await kyc().verify(upload.document, upload.selfie, upload.token,
+                                        application=upload.application)
         except KycInputError:
             return _error("bad_image", 400)
         except KycUnavailableError:
@@ -311,6 +313,8 @@ class LivenessRelay:
         self.client_id = client_id
         self.sends = asyncio.Lock()  # the reply relay and the main loop both send
         self.rid = uuid.uuid4().hex[:12]
+        # the session's token is bound to it; the page sends it back with its verification
+        self.application = f"web-{uuid.uuid4().hex}"
         self.frames = self.dropped = 0
 
     async def send(self, message: dict) -> None:
@@ -329,7 +333,8 @@ class LivenessRelay:
 
         started = time.perf_counter()
         try:
-            capture = await self.kyc().liveness_capture(client_id=self.client_id or None)
+            capture = await self.kyc().liveness_capture(client_id=self.client_id or None,
+                                                        application=self.application)
         except KycUnavailableError:
             await self.fail("busy", 1013)
             return
@@ -399,7 +404,8 @@ class LivenessRelay:
         # no score, no check by name: the reasons the person can act on, and the token
         await self.send({"type": "result", "live": final.is_live,
                          "reasons": words.reasons(list(status.get("reasons", []))),
-                         "token": base64.b64encode(final.token).decode()})
+                         "token": base64.b64encode(final.token).decode(),
+                         "application": self.application})
         await self.ws.close(code=1000)
         return "live" if final.is_live else "not live"
 

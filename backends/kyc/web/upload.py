@@ -2,7 +2,8 @@
 byte cap, before anything is parsed.
 
 The page sends ``multipart/form-data``: the document and the selfie as raw bytes, the
-liveness token as the page got it (base64). Each part is kept as it arrives, so a
+liveness token as the page got it (base64), and the application reference its liveness
+session was bound to (text). Each part is kept as it arrives, so a
 verification holds about its images' size (a JSON body of base64 held three times
 that: 70 MiB at the peak for a 21 MiB body). A JSON body ``{"document", "selfie",
 "liveness_token"}`` (base64 each) is still read, capped before it is parsed.
@@ -16,6 +17,8 @@ import json
 import re
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+
+from kyc.verdict import APPLICATION_PARAMETER, MAX_APPLICATION_CHARS, application_ref
 
 TOKEN_FIELD_BYTES = 64 * 1024  # the token, base64 (kyc.liveness.token allows 16 KiB)
 HEADER_BYTES = 1024  # a part's headers (a browser writes about 100 bytes)
@@ -41,12 +44,13 @@ class Upload:
     document: bytes
     selfie: bytes
     token: bytes  # b"": no liveness session
+    application: str | None = None  # the liveness session's (the token is bound to it)
 
 
 def field_caps(max_image_bytes: int) -> dict[str, int]:
     """Each field's cap, as sent in a form (the token in base64)."""
     return {"document": max_image_bytes, "selfie": max_image_bytes,
-            "liveness_token": TOKEN_FIELD_BYTES}
+            "liveness_token": TOKEN_FIELD_BYTES, "application": MAX_APPLICATION_CHARS}
 
 
 def body_cap(caps: Mapping[str, int]) -> int:
@@ -71,7 +75,13 @@ async def read_upload(headers: Mapping[str, str], stream: AsyncIterator[bytes],
         fields = await read_json(stream, caps)
     if not fields.get("document") or not fields.get("selfie"):
         raise BadInputError("bad_image")
-    return Upload(fields["document"], fields["selfie"], fields.get("liveness_token", b""))
+    try:
+        application = application_ref(
+            {APPLICATION_PARAMETER: fields.get("application", b"").decode("ascii")})
+    except (UnicodeDecodeError, ValueError):
+        raise BadInputError("bad_request") from None
+    return Upload(fields["document"], fields["selfie"], fields.get("liveness_token", b""),
+                  application)
 
 
 def boundary_of(content_type: str) -> bytes:

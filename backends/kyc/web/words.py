@@ -72,6 +72,7 @@ ERROR = {
     "too_fast": "The camera sent pictures too fast.",
     "too_large": "That file is too large.",
     "bad_image": "That file is not a photo we can read (JPEG, PNG or WebP).",
+    "bad_request": "This request is not one this page sends. Please start again.",
     "unavailable": "The verification service is not available. Please try again later.",
     "server": "Something went wrong on our side. Please try again.",
 }

@@ -12,6 +12,7 @@
   let stream = null;
   let attempts = 0;
   let token = "";
+  let application = "";  // the reference the session's token is bound to
   let selfie = null; // a still of the camera at the end of the challenge (JPEG Blob)
 
   function setState(name) {
@@ -170,6 +171,7 @@
         finished = true;
         document.body.dataset.tokenMs = String(Math.round(performance.now() - endSentAt));
         token = message.token || "";
+        application = message.application || "";
         prompt("");
         if (message.live) {
           goToDocument("Camera check passed.");
@@ -241,6 +243,7 @@
       payload.append("document", await fitted(documentFile), "document.jpg");
       payload.append("selfie", await fitted(face), "selfie.jpg");
       payload.append("liveness_token", token);
+      payload.append("application", application);
       response = await fetch("/api/verify", { method: "POST", body: payload });
       body = await response.json();
     } catch (err) {
@@ -266,6 +269,7 @@
       return item;
     }));
     token = "";
+    application = "";
     selfie = null;
     say("");
     setState("decision");
@@ -274,6 +278,7 @@
   function restart() {
     attempts = 0;
     token = "";
+    application = "";
     selfie = null;
     form().reset();
     $("kyc-selfie-label").hidden = true;
