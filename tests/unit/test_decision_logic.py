@@ -37,27 +37,29 @@ NOW = 1_800_000_000.0
 IMAGES = {"DOC_": b"document image", "SELFIE_": b"selfie image"}
 
 
-def sealed(arrays: dict, sealer: Sealer = CUSTODY) -> dict:
-    """``arrays`` with the seal and attestations the pipeline would have given them."""
+def sealed(arrays: dict, sealer: Sealer = CUSTODY, images: dict | None = None) -> dict:
+    """``arrays`` with the seal and attestations the pipeline would have given them, for
+    the client's ``images`` (by input prefix; default :data:`IMAGES`)."""
     from kyc.pipeline.seal import digest
 
+    images = images or IMAGES
     ticket = (0, -1, -1)
     out = {**arrays, "ADMISSION": np.array([ticket], np.int64),
-           "SEAL": np.array([[sealer.seal(ticket, NOW, IMAGES["DOC_"], IMAGES["SELFIE_"])
+           "SEAL": np.array([[sealer.seal(ticket, NOW, images["DOC_"], images["SELFIE_"])
                               .encode()]], dtype=np.object_)}
-    for prefix, image in IMAGES.items():
+    for prefix, image in images.items():
         if all(prefix + n in arrays for n in ATTESTED):
             out[prefix + "ATTESTATION"] = np.array([[sealer.attest(
                 ATTESTATION_KIND, digest(image),
                 {n: arrays[prefix + n][0] for n in ATTESTED}).encode()]], dtype=np.object_)
     if all(n in arrays for n in DOCUMENT_ATTESTED):
         out["DOCUMENT_ATTESTATION"] = np.array([[sealer.attest(
-            DOCUMENT_KIND, digest(IMAGES["DOC_"]),
+            DOCUMENT_KIND, digest(images["DOC_"]),
             {n: arrays[n][0] for n in DOCUMENT_ATTESTED}).encode()]], dtype=np.object_)
     return out
 
 
-def request(**changes) -> Request:
+def request(images: dict | None = None, **changes) -> Request:
     """kyc_decision's inputs for one customer (batch of 1), as the pipeline seals and
     attests them: both faces found (the same face), a valid MRZ, no liveness token."""
     face = np.zeros((1, 112, 112, 3), np.uint8)
@@ -67,7 +69,8 @@ def request(**changes) -> Request:
               "SELFIE_NUM_FACES": np.array([[1]], np.int32), "SELFIE_QUALITY": text({}),
               "DOCUMENT": text(DOCUMENT), "TEXT_LINES": text([]),
               "LIVENESS_TOKEN": np.array([[b""]], dtype=np.object_)}
-    return Request(sealed({k: v for k, v in {**arrays, **changes}.items() if v is not None}))
+    return Request(sealed({k: v for k, v in {**arrays, **changes}.items() if v is not None},
+                          images=images))
 
 
 def embed(faces: np.ndarray) -> np.ndarray:

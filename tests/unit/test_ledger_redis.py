@@ -46,7 +46,7 @@ def test_an_entry_expires_with_its_token_so_the_store_holds_one_token_lifetime(r
     client = RespConnection(redis_url)
     assert client.command("EXPIRETIME", KEY_PREFIX + spent) == int(expires) + 1
     assert 0 < client.command("TTL", KEY_PREFIX + spent) <= 121
-    assert client.command("GET", KEY_PREFIX + spent) == "1"  # nothing of the customer
+    assert client.command("GET", KEY_PREFIX + spent) == "1"  # no holder given: "1"
     client.close()
 
 
@@ -100,3 +100,13 @@ def test_kyc_decision_answers_unavailable_for_a_token_it_cannot_check_and_serves
     refused, served = step.run([with_token, request()])
     assert isinstance(refused, UnavailableError) and "token ledger" in str(refused)
     assert served["DECISION"][0, 0] == b"review"
+
+
+def test_a_retry_of_the_verification_that_spent_a_token_is_answered_again(redis_url):
+    """A reply lost after Redis took the SET: the SDK retries UNAVAILABLE, and the same
+    verification (same holder) must not turn into liveness_token_reused."""
+    ledger, spent, expires = RedisLedger(redis_url), token_id(), time.time() + 120
+    assert ledger.spend(spent, expires, "holder-a")
+    assert ledger.spend(spent, expires, "holder-a")  # the retry
+    assert not ledger.spend(spent, expires, "holder-b")  # anyone else
+    assert not ledger.spend(spent, expires)

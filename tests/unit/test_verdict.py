@@ -60,6 +60,8 @@ def test_the_memory_ledger_spends_a_token_once_and_forgets_it_at_its_expiry():
     assert ledger.spend("t1", 150.0) and not ledger.spend("t1", 150.0)
     now[0] = 151.0
     assert ledger.spend("t1", 300.0)  # expired entries are swept
+    assert ledger.spend("t2", 300.0, "h") and ledger.spend("t2", 300.0, "h")  # a retry
+    assert not ledger.spend("t2", 300.0, "other")
     assert isinstance(ledger_from_environ({}), MemoryLedger)
     with pytest.raises(ValueError, match="redis://"):
         ledger_from_environ({"KYC_TOKEN_LEDGER": "http://x"})
@@ -78,8 +80,9 @@ def _token(application: str | None) -> np.ndarray:
     return np.array([[TokenSealer(KEY).seal(claims)]], dtype=np.object_)
 
 
-def _verify(step: DecisionStep, token: np.ndarray, application: str | None) -> dict:
-    inputs = request(LIVENESS_TOKEN=token).inputs
+def _verify(step: DecisionStep, token: np.ndarray, application: str | None,
+            images: dict | None = None) -> dict:
+    inputs = request(images, LIVENESS_TOKEN=token).inputs
     params = {} if application is None else {"kyc_application": application}
     answer, = step.run([Request(inputs, parameters=params)])
     return json.loads(answer["REPORT"][0, 0])
@@ -93,7 +96,10 @@ def test_a_token_serves_one_verification_of_the_application_its_start_named():
     assert "another application" in other_app["liveness"]["problem"]
     first = _verify(step, token, "app-1")
     assert first["decision"] == "approve", first
-    again = _verify(step, token, "app-1")
+    retried = _verify(step, token, "app-1")  # the same verification: its reply was lost
+    assert retried["decision"] == "approve"
+    other_document = {"DOC_": b"another document", "SELFIE_": b"selfie image"}
+    again = _verify(step, token, "app-1", other_document)
     assert again["decision"] == "reject" and "liveness_token_reused" in again["reasons"]
     claims = verify_verdict(first, public_key_text(step.signer.public_key))
     assert claims["application"] == "app-1" and claims["decision"] == "approve"

@@ -3,12 +3,15 @@
 ``kyc_decision`` spends a token (its random id, sealed inside it) the first time it
 reads it; the second verification with the same token is refused
 (``liveness_token_reused``), whichever replica it reaches, when the replicas share a
-ledger. An entry lives until the token's own expiry, so the ledger holds at most the
-tokens of one token lifetime.
+ledger. The entry holds a digest of the verification that spent it (its application
+and images), so a retry of that same verification (a reply lost on the way, retried
+by the SDK) is answered again rather than refused; nothing of the customer is kept.
+An entry lives until the token's own expiry, so the ledger holds at most the tokens
+of one token lifetime.
 
 Where the ledger is: ``KYC_TOKEN_LEDGER``.
 - ``redis://[:PASSWORD@]HOST:PORT/DB``: a Redis server every replica reaches;
-  one ``SET key 1 NX EXAT expiry`` per token, atomic on the server, so two replicas
+  one ``SET key holder NX EXAT expiry`` per token, atomic on the server, so two replicas
   spending the same token at once cannot both win. deploy/ runs one; ``make test``
   starts a real one for the replica test. A ledger that cannot be reached refuses
   the verification (``kyc_decision`` answers UNAVAILABLE): a token is never accepted
@@ -35,28 +38,30 @@ class LedgerUnavailableError(RuntimeError):
 
 
 class Ledger(Protocol):
-    def spend(self, token_id: str, expires_at: float) -> bool:
-        """True the first time ``token_id`` is spent, False after."""
+    def spend(self, token_id: str, expires_at: float, holder: str = "") -> bool:
+        """True the first time ``token_id`` is spent, and again for the same ``holder``
+        (a retry of that verification: kyc.decision.step's digest of its application
+        and images); False for any other."""
 
 
 class MemoryLedger:
     """Spent tokens in this process, forgotten at their expiry."""
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        self._spent: dict[str, float] = {}
+        self._spent: dict[str, tuple[float, str]] = {}  # token id -> (expiry, holder)
         self._lock = threading.Lock()
         self._clock = clock
         self._next_prune = 0.0
 
-    def spend(self, token_id: str, expires_at: float) -> bool:
+    def spend(self, token_id: str, expires_at: float, holder: str = "") -> bool:
         now = self._clock()
         with self._lock:
             if now >= self._next_prune:  # at most one sweep a second
-                self._spent = {k: t for k, t in self._spent.items() if t > now}
+                self._spent = {k: v for k, v in self._spent.items() if v[0] > now}
                 self._next_prune = now + 1.0
             if token_id in self._spent:
-                return False
-            self._spent[token_id] = expires_at
+                return bool(holder) and self._spent[token_id][1] == holder
+            self._spent[token_id] = (expires_at, holder)
             return True
 
 
@@ -67,10 +72,15 @@ class RedisLedger:
     def __init__(self, url: str, timeout_s: float = 1.0) -> None:
         self.connection = RespConnection(url, timeout_s)
 
-    def spend(self, token_id: str, expires_at: float) -> bool:
-        reply = self.connection.command("SET", KEY_PREFIX + token_id, "1", "NX", "EXAT",
+    def spend(self, token_id: str, expires_at: float, holder: str = "") -> bool:
+        key = KEY_PREFIX + token_id
+        reply = self.connection.command("SET", key, holder or "1", "NX", "EXAT",
                                         str(max(int(expires_at) + 1, 1)))
-        return reply == "OK"  # None: the key was there, spent before
+        if reply == "OK":
+            return True
+        # spent before: by this very verification when its reply was lost (the SDK
+        # retries UNAVAILABLE), else by another
+        return bool(holder) and self.connection.command("GET", key) == holder
 
 
 class RespConnection:

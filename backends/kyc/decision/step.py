@@ -17,6 +17,7 @@ timings, never names, numbers, embeddings or tokens.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -76,6 +77,13 @@ def check_antifraud_features(repository: Repository, model: str) -> None:
             f"{model} {latest.name} was trained on features "
             f"{meta.get('kyc.features_version', 'of unknown version')}, kyc_decision builds "
             f"{FEATURES_VERSION}: retrain it (kyc models antifraud train)")
+
+
+def _holder(application: str | None, seal: SealClaims) -> str:
+    """Who spends a token (kyc.decision.ledger): a digest of the application and the
+    images, the same for a retry of one verification, nothing of the customer in it."""
+    text = f"{application or ''}|{seal.document}|{seal.selfie}"
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def _text(array: np.ndarray, row: int) -> str:
@@ -164,8 +172,9 @@ class DecisionStep:
                 prepared.append(check)
                 continue
             try:
+                application = application_ref(request.parameters)
                 prepared.append({**self._prepare(request.inputs, next(embeddings), today,
-                                                 application_ref(request.parameters)),
+                                                 application, _holder(application, check)),
                                  "seal": check})
             except LedgerUnavailableError as exc:
                 prepared.append(UnavailableError(f"kyc_decision: {exc}: retry"))
@@ -227,7 +236,7 @@ class DecisionStep:
 
     def _prepare(self, arrays: Mapping[str, np.ndarray],
                  embeddings: tuple[np.ndarray, np.ndarray], today: date,
-                 application: str | None) -> dict[str, Any]:
+                 application: str | None, holder: str) -> dict[str, Any]:
         require(arrays, INPUTS)
         doc_found = bool(arrays["DOC_FACE_FOUND"].reshape(-1)[0])
         selfie_found = bool(arrays["SELFIE_FACE_FOUND"].reshape(-1)[0])
@@ -242,7 +251,7 @@ class DecisionStep:
         visual = [line["text"] for k, line in enumerate(lines) if k not in read_as_mrz]
         mrz_conf = [lines[k]["confidence"] for k in read_as_mrz]
         liveness, token_id = self._liveness(arrays["LIVENESS_TOKEN"].reshape(-1)[0],
-                                            selfie_emb, selfie_found, application)
+                                            selfie_emb, selfie_found, application, holder)
         selfie_quality = json.loads(_text(arrays["SELFIE_QUALITY"], 0))
         doc_quality = json.loads(_text(arrays["DOC_QUALITY"], 0))
         observation = Observation(
@@ -260,7 +269,7 @@ class DecisionStep:
                 "quality": {"selfie": selfie_quality, "document_face": doc_quality}}
 
     def _liveness(self, token: Any, selfie: np.ndarray, selfie_found: bool,
-                  application: str | None) -> tuple[LivenessEvidence, str | None]:
+                  application: str | None, holder: str) -> tuple[LivenessEvidence, str | None]:
         """What the token says, and its id when it was spent here (one token, one
         verification: kyc.decision.ledger)."""
         data = token if isinstance(token, bytes) else str(token).encode()
@@ -274,7 +283,7 @@ class DecisionStep:
         problem = self._binding_problem(claims.application, application)
         if problem is not None:
             return LivenessEvidence(provided=True, problem=problem), None
-        if not self.ledger.spend(claims.token_id, claims.expires_at):
+        if not self.ledger.spend(claims.token_id, claims.expires_at, holder):
             return LivenessEvidence(provided=True, reused=True,
                                     problem="token was spent by an earlier verification"), None
         return self._evidence(claims, selfie, selfie_found), claims.token_id
