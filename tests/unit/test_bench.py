@@ -37,7 +37,9 @@ TINY = Window(warmup_s=0.05, window_s=0.2, min_requests=5, max_s=2.0)
 
 
 # -- repository copy -------------------------------------------------------------------
-def test_the_repository_copy_copies_configs_and_symlinks_everything_else(tiny_repository, tmp_path):
+def test_the_repository_copy_copies_configs_and_hard_links_everything_else(tiny_repository,
+                                                                          tmp_path):
+    """Hard links, not symbolic ones: the live copy and `kyc repo publish` refuse links."""
     (tiny_repository / "echo" / "1" / "__pycache__").mkdir()
     (tiny_repository / "echo" / "1" / "__pycache__" / "model.cpython-311.pyc").write_bytes(b"")
     (tiny_repository / ".staging-echo").mkdir()
@@ -46,8 +48,10 @@ def test_the_repository_copy_copies_configs_and_symlinks_everything_else(tiny_re
     config = copy / "echo" / "config.pbtxt"
     assert config.is_file() and not config.is_symlink()
     model = copy / "echo" / "1" / "model.py"
-    assert model.is_symlink() and model.resolve() == (tiny_repository / "echo/1/model.py").resolve()
-    assert (copy / "double" / "1" / "model.onnx").is_symlink()
+    original = tiny_repository / "echo" / "1" / "model.py"
+    assert not model.is_symlink() and model.read_bytes() == original.read_bytes()
+    assert model.stat().st_ino == original.stat().st_ino  # the same file, not a copy
+    assert not (copy / "double" / "1" / "model.onnx").is_symlink()
     assert (copy / "pipe").is_dir()
     (compiled,) = (copy / "echo" / "1" / "__pycache__").iterdir()  # compiled in the copy
     assert compiled.name == Path(importlib.util.cache_from_source(str(model))).name

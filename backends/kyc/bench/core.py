@@ -145,8 +145,9 @@ def _skipped(name: str) -> bool:
 
 def copy_repository(src: Path, dest: Path, models: Iterable[str] | None = None) -> Path:
     """A cheap copy of a model repository: ``config.pbtxt`` files copied (editable),
-    every other file symlinked; ``models`` limits the copy to those model folders.
-    Python files are precompiled in the copy (see :func:`precompile_python_models`)."""
+    every other file hard-linked (copied across file systems); ``models`` limits the
+    copy to those model folders. Python files are precompiled in the copy (see
+    :func:`precompile_python_models`)."""
     wanted = None if models is None else set(models)
     dest.mkdir(parents=True)
     for model_dir in sorted(p for p in src.resolve().iterdir() if p.is_dir()):
@@ -167,7 +168,16 @@ def _mirror(src_dir: Path, dest_dir: Path) -> None:
             if name == "config.pbtxt":
                 shutil.copyfile(Path(root) / name, target / name)
             else:
-                os.symlink(Path(root) / name, target / name)
+                _link(Path(root) / name, target / name)
+
+
+def _link(src: Path, dest: Path) -> None:
+    """A hard link (a regular file, which the live copy and `kyc repo publish` take: they
+    refuse symbolic links), or a copy across file systems."""
+    try:
+        os.link(src, dest)
+    except OSError:
+        shutil.copyfile(src, dest)
 
 
 def max_batch_size(repository: Path, model: str) -> int:
