@@ -17,7 +17,6 @@ timings, never names, numbers, embeddings or tokens.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -35,7 +34,7 @@ from kyc.decision.policy import DecisionSettings, Findings, LivenessEvidence, de
 from kyc.intake.admission import TicketReturns
 from kyc.liveness.token import TokenError, TokenExpiredError, TokenSealer, load_key
 from kyc.pipeline.modelconfig import Repository
-from kyc.pipeline.seal import SealClaims, Sealer, pipeline_sealer
+from kyc.pipeline.seal import SEAL_LABEL, SealClaims, Sealer, derive_key, digest
 from kyc.pipeline.step import (
     Answer,
     Request,
@@ -82,8 +81,7 @@ def check_antifraud_features(repository: Repository, model: str) -> None:
 def _holder(application: str | None, seal: SealClaims) -> str:
     """Who spends a token (kyc.decision.ledger): a digest of the application and the
     images, the same for a retry of one verification, nothing of the customer in it."""
-    text = f"{application or ''}|{seal.document}|{seal.selfie}"
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    return digest(f"{application or ''}|{seal.document}|{seal.selfie}".encode())
 
 
 def _text(array: np.ndarray, row: int) -> str:
@@ -133,13 +131,11 @@ class DecisionStep:
         check_antifraud_features(context.repository, settings.antifraud_model)
         antifraud = context.callee(settings.antifraud_model, ["FRAUD_SCORE"])
         embedder = context.callee(settings.embedding_model, ["EMBEDDING"])
-        custody = pipeline_sealer(context.environ)
-        if custody is None:  # load_key above raised already; kept for the type
-            raise RuntimeError("kyc_decision needs the token key")
-        key = load_key(context.environ)
+        key = load_key(context.environ)  # tokens, the pipeline's seal, the verdict's signature
         return cls(settings, match_threshold, TokenSealer(key),
                    lambda features: antifraud({"FEATURES": features})["FRAUD_SCORE"],
-                   lambda faces: embedder({"FACE": faces})["EMBEDDING"], custody,
+                   lambda faces: embedder({"FACE": faces})["EMBEDDING"],
+                   Sealer(derive_key(key, SEAL_LABEL)),
                    admission=TicketReturns() if context.in_server else None,
                    ledger=ledger_from_environ(context.environ), signer=VerdictSigner(key),
                    repository=context.repository)

@@ -29,6 +29,7 @@ from kyc.pipeline.seal import (
     SEAL_MAX_AGE_S,
     Sealer,
     SealError,
+    attestations,
     digest,
     pipeline_sealer,
     text_of,
@@ -107,10 +108,9 @@ class OcrPreprocessStep:
         except Exception as exc:  # this request only
             return exc
         out = {"CANVAS": _stacked([p[0] for p in pages]), "SCALE": np.stack([p[1] for p in pages])}
-        return {**out, "ATTESTATION": text_tensor([
-            self.sealer.attest(CANVAS_KIND, digest(image),
-                               {n: out[n][row] for n in CANVAS_ATTESTED})
-            if self.sealer is not None else "" for row, image in enumerate(images)])}
+        return {**out, "ATTESTATION": attestations(self.sealer, CANVAS_KIND,
+                                                   [digest(d) for d in images], out,
+                                                   CANVAS_ATTESTED)}
 
 
 def _stacked(canvases: list[np.ndarray]) -> np.ndarray:
@@ -217,7 +217,6 @@ class OcrPostprocessStep:
     def _answer(self, mine: list) -> Answer:
         """The lines read; attested when the canvas was (ocr_fields in kyc_ensemble)."""
         out = _answer([lines for lines, _ in mine])
-        return {**out, "ATTESTATION": text_tensor([
-            self.sealer.attest(DOCUMENT_KIND, image, {n: out[n][row] for n in DOCUMENT_ATTESTED})
-            if self.sealer is not None and image is not None else ""
-            for row, (_, image) in enumerate(mine)])}
+        return {**out, "ATTESTATION": attestations(self.sealer, DOCUMENT_KIND,
+                                                   [image for _, image in mine], out,
+                                                   DOCUMENT_ATTESTED)}

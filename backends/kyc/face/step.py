@@ -16,16 +16,8 @@ from kyc.face import preprocess
 from kyc.face.preprocess import FacePreprocessor, FaceSettings, result_tensors
 from kyc.image import ImageError
 from kyc.intake import IntakeSettings
-from kyc.pipeline.seal import Sealer, digest, pipeline_sealer
-from kyc.pipeline.step import (
-    Answer,
-    Request,
-    RequestError,
-    StepContext,
-    batched,
-    encoded_items,
-    text_tensor,
-)
+from kyc.pipeline.seal import Sealer, attestations, digest, pipeline_sealer
+from kyc.pipeline.step import Answer, Request, RequestError, StepContext, batched, encoded_items
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +70,9 @@ class FacePreprocessStep:
         answer = _answer([result for result, _ in mine])
         if isinstance(answer, Exception):
             return answer
-        answer["ATTESTATION"] = text_tensor([
-            self.sealer.attest(ATTESTATION_KIND, digest(image),
-                               {name: answer[name][row] for name in ATTESTED})
-            if self.sealer is not None else "" for row, (_, image) in enumerate(mine)])
+        answer["ATTESTATION"] = attestations(self.sealer, ATTESTATION_KIND,
+                                             [digest(image) for _, image in mine], answer,
+                                             ATTESTED)
         return answer
 
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -146,6 +146,16 @@ class Sealer:
     def _parts(kind: str, image: str, outputs: Mapping[str, np.ndarray]) -> list[str]:
         return [ATTESTATION_VERSION, kind, image,
                 *(f"{name}={digest(outputs[name])}" for name in sorted(outputs))]
+
+
+def attestations(sealer: Sealer | None, kind: str, images: Sequence[str | None],
+                 outputs: Mapping[str, np.ndarray], names: Sequence[str]) -> np.ndarray:
+    """The ATTESTATION tensor of a step's answer: row k attests ``outputs``' row k
+    (those ``names``) came from the image of digest ``images[k]``; "" where there is
+    no sealer (no token key) or no image digest."""
+    return np.array([[(sealer.attest(kind, image, {n: outputs[n][row] for n in names})
+                       if sealer is not None and image is not None else "").encode()]
+                     for row, image in enumerate(images)], dtype=np.object_)
 
 
 SEAL_LABEL = b"kyc-pipeline-seal-v1"
