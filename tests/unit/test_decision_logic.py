@@ -170,3 +170,33 @@ def test_a_stale_seal_is_refused_and_a_refused_request_gives_back_no_ticket():
                         today=lambda: TODAY, admission=Returns(),
                         clock=lambda: NOW + DecisionSettings().seal_max_age_s + 1)
     assert _refused(late.run([request()])[0]) and given_back == []
+
+
+def test_ocr_fields_reads_only_a_canvas_ocr_preprocess_attested_and_attests_what_it_read():
+    """A direct call to ocr_fields with a canvas of the caller's making gets no reading
+    that kyc_decision would take."""
+    from kyc.document.step import CANVAS_ATTESTED, CANVAS_KIND, OcrPostprocessStep
+    from kyc.pipeline.seal import digest
+
+    class Reader:  # the page reading is not under test here
+        def read(self, pages):
+            return [[] for _ in pages]
+
+    step = OcrPostprocessStep(Reader(), None, CUSTODY)
+    page = {"CANVAS": np.zeros((1, 8, 8, 3), np.uint8), "PROB_MAP": np.zeros((1, 8, 8), np.float32),
+            "SCALE": np.ones((1, 2), np.float32)}
+    good = CUSTODY.attest(CANVAS_KIND, digest(IMAGES["DOC_"]),
+                          {n: page[n][0] for n in CANVAS_ATTESTED})
+    other = {**page, "CANVAS": np.ones((1, 8, 8, 3), np.uint8)}
+    for inputs, attestation in ((page, b""), (other, good.encode()),
+                                (page, Sealer(b"x" * 32).attest(CANVAS_KIND, "d", {}).encode())):
+        answer, = step.run([Request({**inputs, "CANVAS_ATTESTATION":
+                                     np.array([[attestation]], dtype=np.object_)})])
+        assert isinstance(answer, RequestError) and "CANVAS_ATTESTATION" in str(answer)
+    answer, = step.run([Request({**page, "CANVAS_ATTESTATION":
+                                 np.array([[good.encode()]], dtype=np.object_)})])
+    assert CUSTODY.attested_image("document", answer["ATTESTATION"][0, 0].decode(),
+                                  {n: answer[n][0] for n in ("DOCUMENT", "TEXT_LINES")}
+                                  ) == digest(IMAGES["DOC_"])
+    unattested, = step.run([Request(page)])  # document_ocr: read, never attested
+    assert unattested["ATTESTATION"][0, 0] == b""
