@@ -62,6 +62,11 @@ class OnnxModelSettings:
     # face_detector call. Runs up to this size then allocate nothing after the first,
     # and the arena holds at most what one of them needs. 0: every run shrinks it.
     arena_shrink_above_batch: int = 0
+    # Local backend only: a batch of more than this many items runs in slices of at
+    # most this many, so that the arena never grows past the mark one slice needs
+    # (the warm-up's) and no run need shrink it: its size no longer depends on which
+    # batches came by last. 0: every batch in one run.
+    max_run_batch: int = 0
     # Local backend only (the real backend ignores the key): the stub's CPU niceness,
     # 0-19. A step that may wait (OCR) yields the cores to a step that must not
     # (liveness frames) when both run, and still gets every core when alone.
@@ -88,6 +93,7 @@ class OnnxModelSettings:
             arena_shrinkage=params.get("memory.enable_memory_arena_shrinkage", ""),
             arena_shrink_above_batch=_count(params.get("arena_shrink_above_batch"),
                                             "arena_shrink_above_batch"),
+            max_run_batch=_count(params.get("max_run_batch"), "max_run_batch"),
             cpu_nice=_nice(params.get("cpu_nice")),
         )
 
@@ -126,15 +132,27 @@ def _spec(tensor: Mapping) -> TensorSpec:
 
 class ConfiguredSession:
     """An onnxruntime session whose ``run`` applies the model's run options (arena
-    shrinkage, after runs of more than ``shrink_above_batch`` items), so the server and
-    the bench's in-process limit run it alike."""
+    shrinkage, after runs of more than ``shrink_above_batch`` items) and runs a batch
+    of more than ``max_run_batch`` items in slices, so the server and the bench's
+    in-process limit run it alike."""
 
-    def __init__(self, session, run_options=None, shrink_above_batch: int = 0) -> None:
+    def __init__(self, session, run_options=None, shrink_above_batch: int = 0,
+                 max_run_batch: int = 0) -> None:
         self.session = session
         self.run_options = run_options
         self.shrink_above_batch = shrink_above_batch
+        self.max_run_batch = max_run_batch
 
     def run(self, output_names, feeds):
+        batch = max((a.shape[0] for a in feeds.values() if np.ndim(a)), default=0)
+        if not self.max_run_batch or batch <= self.max_run_batch:
+            return self._run(output_names, feeds)
+        slices = [self._run(output_names, {name: a[start:start + self.max_run_batch]
+                                           for name, a in feeds.items()})
+                  for start in range(0, batch, self.max_run_batch)]
+        return [np.concatenate(parts, axis=0) for parts in zip(*slices, strict=True)]
+
+    def _run(self, output_names, feeds):
         options = self.run_options
         if options is not None and self.shrink_above_batch:
             batch = max((a.shape[0] for a in feeds.values() if np.ndim(a)), default=0)
@@ -170,7 +188,8 @@ def make_session(settings: OnnxModelSettings) -> ConfiguredSession:
     session = ort.InferenceSession(
         str(settings.model_file), sess_options=opts, providers=["CPUExecutionProvider"]
     )
-    return ConfiguredSession(session, run_options, settings.arena_shrink_above_batch)
+    return ConfiguredSession(session, run_options, settings.arena_shrink_above_batch,
+                             settings.max_run_batch)
 
 
 Result = dict[str, np.ndarray] | Exception

@@ -150,6 +150,31 @@ def test_only_runs_larger_than_the_threshold_shrink_the_arena(tmp_path, onnx_fac
             tmp_path, "1")
 
 
+def test_a_batch_larger_than_max_run_batch_runs_in_slices_and_answers_as_one(
+        tmp_path, onnx_factory):
+    onnx_factory(tmp_path / "1" / "model.onnx", shape=("batch", "width"))
+    params = {"max_run_batch": {"string_value": "3"}}
+    settings = OnnxModelSettings.from_config(dict(CONFIG, parameters=params), tmp_path, "1")
+    session = make_session(settings)
+    real, seen = session.session, []
+
+    class Recording:
+        def run(self, names, feeds, options):
+            seen.append(feeds["X"].shape[0])
+            return real.run(names, feeds, options)
+
+    session.session = Recording()
+    x = np.arange(7 * 2, dtype=np.float32).reshape(7, 2)
+    (whole,) = session.run(["Y"], {"X": x})
+    assert seen == [3, 3, 1]
+    np.testing.assert_array_equal(whole, real.run(["Y"], {"X": x})[0])
+    session.run(["Y"], {"X": x[:3]})
+    assert seen[3:] == [3]
+    with pytest.raises(ValueError, match="max_run_batch must be 0 or more"):
+        OnnxModelSettings.from_config(
+            dict(CONFIG, parameters={"max_run_batch": {"string_value": "-2"}}), tmp_path, "1")
+
+
 def test_settings_honour_default_model_filename(tmp_path):
     settings = OnnxModelSettings.from_config(
         dict(CONFIG, default_model_filename="net.onnx"), tmp_path, "1"
