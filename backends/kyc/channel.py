@@ -4,10 +4,18 @@ A server behind an authenticating TLS ingress (an API gateway, a service mesh) n
 both: ``ssl`` with the ingress's CA (``root_certificates``, a PEM file) and, say, an
 ``authorization`` header. The SDK, the liveness streams and ``kyc verify`` take a
 :class:`Channel` wherever they take a ``host:port``.
+
+A server started with a client key (``KYC_CLIENT_KEY``, ``kyc serve``) answers
+inference only to calls that carry it: gRPC metadata
+``triton-grpc-protocol-kyc-client-key`` (Triton prefixes its restricted protocols'
+keys so), HTTP header ``kyc-client-key``. A plain ``host:port`` carries the key of
+this process's ``KYC_CLIENT_KEY`` when it is set.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,9 +40,25 @@ class Channel:
         return dict(self.headers) or None
 
 
+# The server's inference key: the variable `kyc serve` and every client read it from,
+# its name in Triton's restricted "inference" protocol (the HTTP header), and the gRPC
+# metadata that carries it.
+CLIENT_KEY_ENV = "KYC_CLIENT_KEY"
+CLIENT_KEY_NAME = "kyc-client-key"
+CLIENT_KEY_HEADER = f"triton-grpc-protocol-{CLIENT_KEY_NAME}"
+
+
+def client_key_headers(env: Mapping[str, str] = os.environ) -> tuple[tuple[str, str], ...]:
+    """The client key header when ``KYC_CLIENT_KEY`` is set, else none."""
+    key = env.get(CLIENT_KEY_ENV, "").strip()
+    return ((CLIENT_KEY_HEADER, key),) if key else ()
+
+
 def as_channel(target: str | Channel) -> Channel:
-    """A plain ``host:port`` is a channel without TLS or headers."""
-    return target if isinstance(target, Channel) else Channel(target)
+    """A plain ``host:port`` is a channel without TLS, carrying the client key of
+    ``KYC_CLIENT_KEY`` when it is set."""
+    return target if isinstance(target, Channel) else Channel(target,
+                                                              headers=client_key_headers())
 
 
 def parse_header(text: str) -> tuple[str, str]:

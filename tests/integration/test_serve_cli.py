@@ -15,12 +15,14 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from kyc.channel import CLIENT_KEY_ENV, CLIENT_KEY_HEADER, as_channel
 from kyc.liveness.token import create_key_file
 from kyc.runtime.procs import children, is_running, stub_instance
 from kyc.runtime.server import SHM_DIR, free_port, free_ports, is_ready
@@ -342,3 +344,55 @@ def test_development_locks_shared_memory_trace_and_logging_with_a_key_file_only_
         assert _http(base + "/models/echo/ready") == 200  # tools that only infer: unchanged
     finally:
         process.close()
+
+
+CLIENT_KEY = "a-client-key-of-24-chars"
+
+
+def _infer_pipe(client, **kwargs) -> list:
+    values = grpcclient.InferInput("VALUES", [1, 2], "FP32")
+    values.set_data_from_numpy(np.array([[1.0, 2.0]], np.float32))
+    return client.infer("pipe", [values], **kwargs).as_numpy("RESULT").tolist()
+
+
+def test_a_client_key_locks_inference_of_every_model_and_nothing_else(repository, tmp_path):
+    process = ServeProcess(repository, tmp_path, env={CLIENT_KEY_ENV: CLIENT_KEY})
+    try:
+        assert "needs the client key" in process.wait_for_line("inference ")
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{process.ports['grpc']}")
+        try:
+            for headers in (None, {CLIENT_KEY_HEADER: "x" + CLIENT_KEY}, {"kyc-client-key":
+                                                                           CLIENT_KEY}):
+                with pytest.raises(InferenceServerException, match="kyc-client-key"):
+                    _infer_pipe(client, headers=headers)
+            assert _infer_pipe(client, headers={CLIENT_KEY_HEADER: CLIENT_KEY}) == [[2.0, 4.0]]
+            # what the kyc SDK, kyc verify and kyc web build from the same variable
+            with mock.patch.dict(os.environ, {CLIENT_KEY_ENV: CLIENT_KEY}):
+                channel = as_channel(f"127.0.0.1:{process.ports['grpc']}")
+            assert _infer_pipe(client, headers=channel.metadata) == [[2.0, 4.0]]
+            assert client.is_server_ready() and client.get_model_metadata("pipe").name == "pipe"
+        finally:
+            client.close()
+        infer = f"http://{process.http_url}/v2/models/pipe/infer"
+        body = json.dumps({"inputs": [{"name": "VALUES", "shape": [1, 2], "datatype": "FP32",
+                                       "data": [1.0, 2.0]}]}).encode()
+        for headers, status in (({}, 403), ({"kyc-client-key": "x" + CLIENT_KEY}, 403),
+                                ({"kyc-client-key": CLIENT_KEY}, 200)):
+            request = urllib.request.Request(infer, data=body, method="POST", headers=headers)
+            try:
+                with urllib.request.urlopen(request, timeout=10) as response:
+                    assert (response.status, status) == (200, 200)
+            except urllib.error.HTTPError as exc:
+                assert exc.code == status
+        assert _http(f"http://{process.http_url}/v2/health/ready") == 200  # probes: no key
+    finally:
+        process.close()
+
+
+@pytest.mark.parametrize("key", ["short-key", "a-key-that-is-long=enough"])
+def test_serve_refuses_a_client_key_it_could_not_pass_on_whole(repository, key):
+    result = subprocess.run([*KYC, "serve", "--model-repository", str(repository),
+                             "--http-port", str(free_port())], capture_output=True, text=True,
+                            timeout=60, env={**os.environ, CLIENT_KEY_ENV: key})
+    assert result.returncode == 1 and CLIENT_KEY_ENV in result.stderr
+    assert "ready in" not in result.stdout

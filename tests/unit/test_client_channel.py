@@ -10,7 +10,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 
-from kyc.channel import Channel, parse_header
+from kyc.channel import CLIENT_KEY_ENV, CLIENT_KEY_HEADER, Channel, as_channel, parse_header
 from kyc.cli import build_parser
 from kyc.cli.verify import channel_of
 from kyc.client import AsyncKycClient, KycClient
@@ -54,6 +54,7 @@ class AsyncRecorder(Recorder):
 @pytest.fixture
 def recorded(monkeypatch):
     Recorder.made = []
+    monkeypatch.delenv(CLIENT_KEY_ENV, raising=False)
     monkeypatch.setattr(grpcclient, "InferenceServerClient", Recorder)
     monkeypatch.setattr(aioclient, "InferenceServerClient", AsyncRecorder)
     return Recorder.made
@@ -112,3 +113,20 @@ def test_the_async_client_sends_the_headers_and_a_plain_url_sends_none(recorded)
     assert recorded[0].calls == [("infer", dict(CHANNEL.headers))]
     assert recorded[1].calls == [("infer", None)]
     assert recorded[1].kwargs == {"ssl": False, "root_certificates": None}
+
+
+def test_with_kyc_client_key_set_a_plain_url_and_kyc_verify_carry_the_client_key(
+        recorded, monkeypatch):
+    monkeypatch.setenv(CLIENT_KEY_ENV, " k3y-of-the-operator ")
+    KycClient("127.0.0.1:8001")._infer("kyc_ensemble", [])
+    LivenessStream("127.0.0.1:8001").close()
+    carried = {CLIENT_KEY_HEADER: "k3y-of-the-operator"}
+    assert [made.calls[0][1] for made in recorded] == [carried, carried]
+    assert CLIENT_KEY_HEADER == "triton-grpc-protocol-kyc-client-key"
+    verify = ["verify", "--document", "d", "--selfie", "s"]
+    assert channel_of(build_parser().parse_args(verify)).metadata == carried
+    given = build_parser().parse_args([*verify, "--header", f"{CLIENT_KEY_HEADER}: other"])
+    assert channel_of(given).metadata == {CLIENT_KEY_HEADER: "other"}
+    assert as_channel(CHANNEL) is CHANNEL  # a channel given whole is used as it is
+    monkeypatch.setenv(CLIENT_KEY_ENV, "")
+    assert as_channel("h:1").metadata is None

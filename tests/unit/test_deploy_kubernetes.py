@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from kyc import budgets
+from kyc.channel import CLIENT_KEY_ENV
 from kyc.cli import build_parser
 from kyc.decision.ledger import ENV_LEDGER, RedisLedger, ledger_from_environ
 from kyc.liveness.token import ENV_KEY_FILE
@@ -29,6 +30,7 @@ DEPLOY = PROJECT_ROOT / "deploy"
 OVERLAYS = ("kubernetes/overlays/gpu", "kubernetes/overlays/cpu")
 WEB = "kubernetes/overlays/cpu-web"  # the cpu overlay with components/web (the capture page)
 KSERVE = "kserve"
+CLIENT_KEY_REF = {"name": "kyc-triton-keys", "key": "client-key"}
 CONTRACT = PROJECT_ROOT.parent / "shared" / "notes" / "contract.md"
 
 
@@ -166,12 +168,13 @@ def server_container_and_volumes(target) -> tuple[dict, list[dict]]:
 
 
 @pytest.mark.parametrize("target", (*OVERLAYS, KSERVE))
-def test_both_keys_come_from_one_secret_as_kyc_serve_reads_them(target):
+def test_the_keys_come_from_one_secret_as_kyc_serve_reads_them(target):
     triton, volumes = server_container_and_volumes(target)
     env = {e["name"]: e for e in triton["env"]}
     admin_env = build_parser().parse_args(["serve"]).admin_key_env
     assert env[admin_env]["valueFrom"]["secretKeyRef"] == {"name": "kyc-triton-keys",
                                                            "key": "admin-key"}
+    assert env[CLIENT_KEY_ENV]["valueFrom"]["secretKeyRef"] == CLIENT_KEY_REF
     key_file = Path(env[ENV_KEY_FILE]["value"])
     keys = next(v for v in volumes if v["name"] == "keys")["secret"]
     assert keys["secretName"] == "kyc-triton-keys"
@@ -336,6 +339,12 @@ def test_only_web_pods_reach_http_and_grpc_and_only_prometheus_the_metrics(targe
         (peer,) = allowed[ports[name]]
         assert peer["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "prometheus"}
         assert "kubernetes.io/metadata.name" in peer["namespaceSelector"]["matchLabels"]
+
+
+def test_the_web_pods_send_the_servers_client_key_from_the_same_secret():
+    web = container(one(rendered(WEB), "Deployment", "kyc-web"), "web")
+    env = {e["name"]: e for e in web["env"]}
+    assert env[CLIENT_KEY_ENV]["valueFrom"]["secretKeyRef"] == CLIENT_KEY_REF
 
 
 def test_the_web_pods_are_the_ones_the_policy_lets_reach_triton():

@@ -13,6 +13,7 @@ import pytest
 from kyc.runtime.server import (
     ServerOptions,
     TritonServer,
+    client_key_problems,
     default_admin_key_file,
     development_admin_key,
     free_ports,
@@ -164,6 +165,21 @@ def test_shared_memory_trace_and_logging_apis_need_the_admin_key_in_every_mode(
     assert f"--http-restricted-api={apis}:admin-key={'k' * 20}" in cmd
     assert f"--grpc-restricted-protocol={apis}:admin-key={'k' * 20}" in cmd
     assert "inference" not in apis and "health" not in apis
+
+
+def test_a_client_key_locks_inference_under_its_own_key_and_is_checked_before_use(
+    assembled, tmp_path
+):
+    server = TritonServer(ServerOptions(tmp_path, admin_key="k" * 20, client_key="c" * 20))
+    server.install = assembled
+    cmd = server.command()
+    assert f"--http-restricted-api=inference:kyc-client-key={'c' * 20}" in cmd
+    assert f"--grpc-restricted-protocol=inference:kyc-client-key={'c' * 20}" in cmd
+    unlocked = TritonServer(ServerOptions(tmp_path, admin_key="k" * 20))
+    unlocked.install = assembled
+    assert not any("inference" in arg for arg in unlocked.command())
+    assert client_key_problems(None) == client_key_problems("Ab0._~+/-" * 2) == []
+    assert len(client_key_problems("short=")) == 2
 
 
 def test_the_development_admin_key_is_made_once_in_a_file_only_its_owner_reads(

@@ -26,7 +26,11 @@ from kyc.runtime.server import DEFAULT_HOST
 
 # -- the parser ---------------------------------------------------------------------
 def add_serve_parser(sub: argparse._SubParsersAction) -> None:
-    serve = sub.add_parser("serve", help="run a real Triton server over a model repository")
+    serve = sub.add_parser(
+        "serve", help="run a real Triton server over a model repository",
+        epilog="KYC_CLIENT_KEY (>= 16 of letters, digits, ._~+/-): inference answers only "
+               "calls carrying it in the kyc-client-key header (the kyc SDK, kyc verify and "
+               "kyc web send it from the same variable); unset: open to every caller")
     _add_server_options(serve)
     _add_lifecycle_options(serve)
     serve.set_defaults(func=cmd_serve)
@@ -137,10 +141,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     production = args.production or os.environ.get("KYC_PRODUCTION", "") in ("1", "true")
     if production and _production_refused(admin_key):
         return 1
+    client_key = _client_key()
+    if client_key is False:
+        return 1
     key_origin = f"${args.admin_key_env}"
     if admin_key is None:
         admin_key, key_origin = _development_admin_key()
-    server = _make_server(args, repository, admin_key, production)
+    server = _make_server(args, repository, admin_key, production, client_key)
     signals = _Signals().install()
     started = time.monotonic()
     refused = _start(server, args, repository)
@@ -198,8 +205,20 @@ def _production_refused(admin_key: str | None) -> bool:
     return bool(problems)
 
 
+def _client_key() -> str | None | bool:
+    """The client key from KYC_CLIENT_KEY (None: unset), or False when unusable."""
+    from kyc.channel import CLIENT_KEY_ENV
+    from kyc.runtime.server import client_key_problems
+
+    key = os.environ.get(CLIENT_KEY_ENV, "").strip() or None
+    problems = client_key_problems(key)
+    for problem in problems:
+        print(f"kyc serve: {problem}", file=sys.stderr)
+    return False if problems else key
+
+
 def _make_server(args: argparse.Namespace, repository: Path, admin_key: str | None,
-                 production: bool) -> Any:
+                 production: bool, client_key: str | None = None) -> Any:
     from kyc.runtime.server import ServerOptions, TritonServer
 
     options = ServerOptions(
@@ -210,6 +229,7 @@ def _make_server(args: argparse.Namespace, repository: Path, admin_key: str | No
         address=args.address,
         poll_secs=args.poll_secs,
         admin_key=admin_key,
+        client_key=client_key,
         log_verbose=args.log_verbose,
         exit_timeout_secs=args.exit_timeout_secs,
         require_token_key=args.require_token_key or production,
@@ -296,6 +316,9 @@ def _print_banner(server: Any, repository: Path, key_origin: str, production: bo
         + f"\n  repository {repository} " + _repository_mode(server) + "\n"
         f"  {options.restricted_apis} APIs need the admin key, from {key_origin}"
         + ("; production: keys required" if production else "")
+        + "\n  inference " + ("needs the client key (kyc-client-key header, $KYC_CLIENT_KEY)"
+                             if options.client_key else "open to every caller of the ports "
+                             "(set KYC_CLIENT_KEY to require a key)")
         + f"\n  liveness token key id {server.token_key_id} (the same on every replica)"
         + "\nPress Ctrl-C to stop.",
         flush=True,

@@ -82,11 +82,14 @@ def _header(text: str) -> tuple[str, str]:
 
 def channel_of(args: argparse.Namespace):
     """The :class:`kyc.channel.Channel` that ``--url``, ``--tls``, ``--ca-file`` and
-    ``--header`` describe."""
-    from kyc.channel import Channel
+    ``--header`` describe, with the client key of ``KYC_CLIENT_KEY`` unless a
+    ``--header`` gives one."""
+    from kyc.channel import CLIENT_KEY_HEADER, Channel, client_key_headers
 
+    given = tuple(args.header)
+    default = () if any(name == CLIENT_KEY_HEADER for name, _ in given) else client_key_headers()
     return Channel(args.url, ssl=args.tls or args.ca_file is not None,
-                   root_certificates=args.ca_file, headers=tuple(args.header))
+                   root_certificates=args.ca_file, headers=given + default)
 
 
 def _progress(text: str, end: str = "\n") -> None:

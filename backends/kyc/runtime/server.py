@@ -47,6 +47,10 @@ _ADMISSION_RE = re.compile(r"^kyc_(\d+)_admission_[a-z_]+$")
 # tritonserver 2.51 takes the key only on its command line ("<apis>:admin-key=<key>"):
 # any local user can read it in /proc/<pid>/cmdline; there is no file or variable form.
 RESTRICTED_APIS = ("model-repository", "shared-memory", "trace", "logging")
+# Locked by the client key when one is given (KYC_CLIENT_KEY, kyc.channel): inference,
+# every model's (Triton cannot lock one model and not another). Internal calls
+# (ensemble steps, BLS) do not pass the frontend and need none.
+CLIENT_APIS = ("inference",)
 # Where kyc serve listens unless told otherwise (--host): this machine only. The image
 # and deploy/ pass --host 0.0.0.0 themselves.
 DEFAULT_HOST = "127.0.0.1"
@@ -87,6 +91,22 @@ def development_admin_key(path: Path | None = None) -> str:
     from kyc.liveness.token import create_key_file
 
     return create_key_file(path or default_admin_key_file()).read_text().strip()
+
+
+def client_key_problems(client_key: str | None) -> list[str]:
+    """Why a client key cannot be used: too short, or characters Triton's restricted-API
+    option or an HTTP header would cut or change."""
+    from kyc.channel import CLIENT_KEY_ENV
+
+    if client_key is None:
+        return []
+    problems = []
+    if len(client_key) < MIN_ADMIN_KEY_CHARS:
+        problems.append(f"{CLIENT_KEY_ENV} is shorter than {MIN_ADMIN_KEY_CHARS} characters")
+    if not re.fullmatch(r"[A-Za-z0-9._~+/-]*", client_key):
+        problems.append(f"{CLIENT_KEY_ENV} may hold letters, digits and ._~+/- only "
+                        "(e.g. openssl rand -base64 24)")
+    return problems
 
 
 def production_problems(admin_key: str | None, env: dict[str, str]) -> list[str]:
@@ -142,6 +162,9 @@ class ServerOptions:
     # those its measure runs through).
     load_models: tuple[str, ...] = ("*",)
     admin_key: str | None = None
+    # Inference (every model) answers only calls carrying this key (KYC_CLIENT_KEY;
+    # kyc.channel); None: open to whoever reaches the ports.
+    client_key: str | None = None
     log_verbose: int = 0
     exit_on_error: bool = True
     # On SIGTERM Triton finishes in-flight work and waits for open client
@@ -393,6 +416,7 @@ class TritonServer:
             f"--grpc-infer-allocation-pool-size={GRPC_INFER_ALLOCATION_POOL_SIZE}",
             f"--http-restricted-api={opts.restricted_apis}:admin-key={key}",
             f"--grpc-restricted-protocol={opts.restricted_apis}:admin-key={key}",
+            *self._client_key_args(),
         ]
         if self.install.cache_dir is not None:
             cmd.append(f"--cache-directory={self.install.cache_dir}")
@@ -401,6 +425,15 @@ class TritonServer:
             cmd.append("--pinned-memory-pool-byte-size=0")
         cmd.extend(self.options.extra_args)
         return cmd
+
+    def _client_key_args(self) -> list[str]:
+        from kyc.channel import CLIENT_KEY_NAME
+
+        key = self.options.client_key
+        if key is None:
+            return []
+        locked = f"{','.join(CLIENT_APIS)}:{CLIENT_KEY_NAME}={key}"
+        return [f"--http-restricted-api={locked}", f"--grpc-restricted-protocol={locked}"]
 
     def start(self) -> None:
         """Start the server process (returns at once; see :meth:`wait_ready`)."""
