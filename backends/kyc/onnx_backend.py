@@ -30,6 +30,13 @@ from kyc.pipeline.triton import instance_count
 
 log = logging.getLogger(__name__)
 
+# The CPU runtimes: onnxruntime's own provider, or the configs' "openvino" accelerator
+# (the `openvino` package here; onnxruntime's OpenVINO provider in the NGC image).
+ONNXRUNTIME, OPENVINO = "onnxruntime", "openvino"
+# Set to "onnxruntime" (kyc serve --cpu-runtime), the stubs ignore the configs' CPU
+# accelerators: the same configs measured on either runtime (kyc bench --compare).
+CPU_RUNTIME_ENV = "KYC_CPU_RUNTIME"
+
 
 @dataclass(frozen=True)
 class TensorSpec:
@@ -71,10 +78,17 @@ class OnnxModelSettings:
     # 0-19. A step that may wait (OCR) yields the cores to a step that must not
     # (liveness frames) when both run, and still gets every core when alone.
     cpu_nice: int = 0
+    # The config's CPU execution accelerator, as the real backend reads it
+    # (optimization.execution_accelerators.cpu_execution_accelerator, its first name:
+    # "openvino") and its parameters; "": onnxruntime's own CPU provider. Set
+    # KYC_CPU_RUNTIME=onnxruntime to run every model on onnxruntime alone.
+    cpu_accelerator: str = ""
+    accelerator_parameters: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_config(
-        cls, config: Mapping, model_dir: Path, version: str, instance_count: int = 1
+        cls, config: Mapping, model_dir: Path, version: str, instance_count: int = 1,
+        env: Mapping[str, str] = os.environ,
     ) -> OnnxModelSettings:
         params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
         filename = config.get("default_model_filename") or "model.onnx"
@@ -95,7 +109,27 @@ class OnnxModelSettings:
                                             "arena_shrink_above_batch"),
             max_run_batch=_count(params.get("max_run_batch"), "max_run_batch"),
             cpu_nice=_nice(params.get("cpu_nice")),
+            **_cpu_accelerator(config, env),
         )
+
+
+def _cpu_accelerator(config: Mapping, env: Mapping[str, str]) -> dict:
+    """The first CPU execution accelerator of ``config`` (name and parameters), unless
+    ``KYC_CPU_RUNTIME`` says onnxruntime."""
+    runtime = env.get(CPU_RUNTIME_ENV, "").strip()
+    if runtime not in ("", ONNXRUNTIME):
+        raise ValueError(f"{CPU_RUNTIME_ENV} is {runtime!r}: '{ONNXRUNTIME}' or unset (the "
+                         "configs' own accelerators)")
+    accelerators = (config.get("optimization", {}).get("execution_accelerators", {})
+                    .get("cpu_execution_accelerator", []))
+    if runtime == ONNXRUNTIME or not accelerators:
+        return {}
+    first = accelerators[0]
+    if first.get("name") != OPENVINO:
+        raise ValueError(f"unknown CPU execution accelerator {first.get('name')!r}: the local "
+                         f"backend knows '{OPENVINO}'")
+    return {"cpu_accelerator": OPENVINO,
+            "accelerator_parameters": tuple(sorted(first.get("parameters", {}).items()))}
 
 
 def _nice(value: str | None) -> int:
@@ -130,18 +164,11 @@ def _spec(tensor: Mapping) -> TensorSpec:
     )
 
 
-class ConfiguredSession:
-    """An onnxruntime session whose ``run`` applies the model's run options (arena
-    shrinkage, after runs of more than ``shrink_above_batch`` items) and runs a batch
-    of more than ``max_run_batch`` items in slices, so the server and the bench's
-    in-process limit run it alike."""
+class SlicedSession:
+    """A session that runs a batch of more than ``max_run_batch`` items in slices
+    (``_run`` runs one), so the server and the bench's in-process limit run it alike."""
 
-    def __init__(self, session, run_options=None, shrink_above_batch: int = 0,
-                 max_run_batch: int = 0) -> None:
-        self.session = session
-        self.run_options = run_options
-        self.shrink_above_batch = shrink_above_batch
-        self.max_run_batch = max_run_batch
+    max_run_batch = 0
 
     def run(self, output_names, feeds):
         batch = max((a.shape[0] for a in feeds.values() if np.ndim(a)), default=0)
@@ -151,6 +178,21 @@ class ConfiguredSession:
                                            for name, a in feeds.items()})
                   for start in range(0, batch, self.max_run_batch)]
         return [np.concatenate(parts, axis=0) for parts in zip(*slices, strict=True)]
+
+    def _run(self, output_names, feeds):
+        raise NotImplementedError
+
+
+class ConfiguredSession(SlicedSession):
+    """An onnxruntime session with the model's run options (arena shrinkage, after runs
+    of more than ``shrink_above_batch`` items)."""
+
+    def __init__(self, session, run_options=None, shrink_above_batch: int = 0,
+                 max_run_batch: int = 0) -> None:
+        self.session = session
+        self.run_options = run_options
+        self.shrink_above_batch = shrink_above_batch
+        self.max_run_batch = max_run_batch
 
     def _run(self, output_names, feeds):
         options = self.run_options
@@ -167,8 +209,13 @@ class ConfiguredSession:
         return self.session.get_outputs()
 
 
-def make_session(settings: OnnxModelSettings) -> ConfiguredSession:
-    """An onnxruntime CPU session configured for a shared, small machine."""
+def make_session(settings: OnnxModelSettings) -> SlicedSession:
+    """The model's CPU session: OpenVINO where its config names that accelerator, else
+    onnxruntime, configured for a shared, small machine."""
+    if settings.cpu_accelerator == OPENVINO:
+        from kyc.openvino_session import OpenVinoSession
+
+        return OpenVinoSession(settings)
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -333,8 +380,9 @@ class OnnxStep:
             # Before the session: its thread pool inherits the niceness.
             lower_cpu_priority(settings.cpu_nice)
         step = cls(OnnxBatchRunner(settings, make_session(settings)))
-        log.info("%s: serving %s with onnxruntime on CPU (%d intra-op threads, nice %d)",
-                 context.model, settings.model_file.name, settings.intra_op_threads,
+        log.info("%s: serving %s with %s on CPU (%d threads, nice %d)",
+                 context.model, settings.model_file.name,
+                 settings.cpu_accelerator or ONNXRUNTIME, settings.intra_op_threads,
                  settings.cpu_nice)
         return step
 

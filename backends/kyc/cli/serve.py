@@ -61,6 +61,11 @@ def _add_server_options(serve: argparse.ArgumentParser) -> None:
              "trace and logging APIs); unset outside --production: a random key in "
              "~/.config/kyc/admin.key (made on first start, mode 0600)",
     )
+    serve.add_argument("--cpu-runtime", choices=("configured", "onnxruntime"),
+                       default="configured",
+                       help="the ONNX models on the CPU: as their configs say (OpenVINO), or "
+                            "onnxruntime alone (KYC_CPU_RUNTIME=onnxruntime does the same); "
+                            "GPU instances take TensorRT either way")
     serve.add_argument("--log-file", type=Path, default=None, help="server log (default: stderr)")
     serve.add_argument("--log-verbose", type=int, default=0)
     serve.add_argument("--ready-timeout", type=float, default=180.0)
@@ -230,6 +235,7 @@ def _make_server(args: argparse.Namespace, repository: Path, admin_key: str | No
         poll_secs=args.poll_secs,
         admin_key=admin_key,
         client_key=client_key,
+        cpu_runtime="" if args.cpu_runtime == "configured" else args.cpu_runtime,
         log_verbose=args.log_verbose,
         exit_timeout_secs=args.exit_timeout_secs,
         require_token_key=args.require_token_key or production,

@@ -165,6 +165,9 @@ class ServerOptions:
     # Inference (every model) answers only calls carrying this key (KYC_CLIENT_KEY;
     # kyc.channel); None: open to whoever reaches the ports.
     client_key: str | None = None
+    # "onnxruntime": the local onnxruntime backend ignores the configs' CPU accelerator
+    # (KYC_CPU_RUNTIME; kyc.onnx_backend); "": as the configs say (OpenVINO).
+    cpu_runtime: str = ""
     log_verbose: int = 0
     exit_on_error: bool = True
     # On SIGTERM Triton finishes in-flight work and waits for open client
@@ -456,6 +459,10 @@ class TritonServer:
         else:
             precompile_python_models(self.options.model_repository)
         env = token_key_environment(self.install.environment(), self.options)
+        if self.options.cpu_runtime:
+            from kyc.onnx_backend import CPU_RUNTIME_ENV
+
+            env[CPU_RUNTIME_ENV] = self.options.cpu_runtime
         self.token_key_environment = {k: v for k, v in env.items() if k.startswith("KYC_TOKEN")}
         from kyc.liveness.token import key_id, load_key
 
