@@ -101,7 +101,7 @@ def test_the_choice_is_written_into_the_shipped_config_with_its_comments(tmp_pat
     assert after.dynamic_batching.max_queue_delay_microseconds == 10000
     text = (tmp_path / "ocr_det" / "config.pbtxt").read_text()
     assert "# PP-OCRv3 (English) DB text detector." in text
-    assert "enable_memory_arena_shrinkage" in text
+    assert "max_run_batch" in text and "cpu_execution_accelerator" in text
 
 
 def test_a_summary_table_per_model(tmp_path):
