@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 
 import pytest
 
-from kyc.bench.compare import compare_servers, comparison_report, format_comparison
+from kyc.bench.compare import ServerUse, compare_servers, comparison_report, format_comparison
 from kyc.bench.core import Window
+from kyc.bench.procmem import listening_pid
 
 TINY = Window(warmup_s=0.0, window_s=0.05, min_requests=3, max_s=5.0)
 
@@ -60,3 +63,30 @@ def test_failed_requests_are_counted_and_leave_no_ratio():
     assert bad["errors"] == bad["requests"] > 0
     assert bad["latency_ms"]["p95"] is None and bad["p95_ratio"] is None
     assert " - " in format_comparison(report) or "-" in format_comparison(report).splitlines()[-1]
+
+
+def test_a_local_server_is_found_by_its_port_and_a_remote_one_is_not_metered():
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        assert listening_pid(port) == os.getpid()
+        assert ServerUse.of(f"127.0.0.1:{port}").pid == os.getpid()
+    assert listening_pid(port) is None  # closed
+    assert ServerUse.of("kyc.example.com:8001").pid is None
+
+
+def test_metered_servers_report_cpu_per_customer_and_memory_with_ratios_to_the_first():
+    calls: list[str] = []
+    urls = ["a:1", "b:2", "far:3"]
+    pooled = asyncio.run(compare_servers(urls, lambda url, k: Fake(url, 0.002, calls),
+                                         rounds=1, window=TINY))
+    uses = [ServerUse(1, cpu_s=10.0, answered=20, memory_mib=1600.0),
+            ServerUse(2, cpu_s=6.0, answered=24, memory_mib=1500.0), ServerUse(None)]
+    report = comparison_report(urls, pooled, workload="w", rounds=1, window=TINY, uses=uses)
+    a, b, far = report["servers"]
+    assert (a["cpu_s_per_customer"], a["cpu_ratio"], a["memory_ratio"]) == (0.5, 1.0, 1.0)
+    assert (b["cpu_s_per_customer"], b["cpu_ratio"], b["memory_ratio"]) == (0.25, 0.5, 0.938)
+    assert far["cpu_s_per_customer"] is far["cpu_ratio"] is far["memory_mib"] is None
+    table = format_comparison(report)
+    assert "CPU s/cust" in table and "0.250" in table and "1500" in table

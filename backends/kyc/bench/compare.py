@@ -7,6 +7,12 @@ whatever else the machine does falls on all of them alike; each server's windows
 pooled into its latency percentiles and throughput. The first server is the reference:
 ``p95_ratio`` is each server's p95 over its p95.
 
+A server on this machine (its port's listener found in /proc) is metered too: the CPU
+seconds of its processes (tritonserver and its Python stubs) over its windows, per
+``kyc_ensemble`` request it answered in them (Triton's own count: warm-ups included,
+as their CPU is), and at the end the memory resident in them (distinct pages,
+:mod:`kyc.bench.procmem`); ``cpu_ratio`` and ``memory_ratio`` against the first.
+
 Made to hold the production image (a container) against ``kyc serve`` on the host
 (docs/image.md), it compares any servers that serve the repository: two versions, two
 machines' worth of settings, two images.
@@ -19,21 +25,82 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kyc.bench.core import AsyncClient, Measurement, Window, latency_ms, measure_level
+from kyc.bench.core import (
+    AsyncClient,
+    Measurement,
+    Window,
+    latency_ms,
+    measure_level,
+    process_cpu_seconds,
+    stats_totals,
+)
+from kyc.bench.procmem import listening_pid, resident_union_mib
+from kyc.runtime.procs import children
+
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]", "0.0.0.0")
 
 ROUNDS = 4
 WINDOW = Window(warmup_s=2.0, window_s=15.0, min_requests=10, max_s=60.0)
 
 
+@dataclasses.dataclass
+class ServerUse:
+    """What a server on this machine spent over its windows (``pid``: its tritonserver;
+    None: not on this machine, nothing metered)."""
+
+    pid: int | None
+    cpu_s: float = 0.0
+    answered: int = 0  # kyc_ensemble requests answered over the same spans
+    memory_mib: float | None = None
+
+    @classmethod
+    def of(cls, url: str) -> ServerUse:
+        host, _, port = url.rpartition(":")
+        local = host in LOCAL_HOSTS and port.isdigit()
+        return cls(listening_pid(int(port)) if local else None)
+
+    def processes(self) -> list[int]:
+        tree, todo = [], [self.pid] if self.pid else []
+        while todo:
+            tree.append(todo.pop())
+            todo += children(tree[-1])
+        return tree
+
+
+async def _answered(url: str, model: str = "kyc_ensemble") -> int:
+    import tritonclient.grpc.aio as aioclient
+
+    client = aioclient.InferenceServerClient(url)
+    try:
+        return stats_totals(await client.get_inference_statistics(
+            model_name=model, as_json=True))["requests"]
+    finally:
+        await client.close()
+
+
+async def _metered(use: ServerUse, url: str, run: Callable[[], Any]) -> Any:
+    """``await run()``, adding the CPU and the answers it took to ``use``."""
+    if use.pid is None:
+        return await run()
+    cpu, answered = process_cpu_seconds(use.pid), await _answered(url)
+    result = await run()
+    use.cpu_s += process_cpu_seconds(use.pid) - cpu
+    use.answered += await _answered(url) - answered
+    return result
+
+
 async def compare_servers(urls: Sequence[str], make_client: Callable[[str, int], AsyncClient],
                           *, concurrency: int = 1, rounds: int = ROUNDS,
-                          window: Window = WINDOW) -> list[Measurement]:
-    """One pooled :class:`Measurement` per url, from ``rounds`` windows each, in turns."""
+                          window: Window = WINDOW, uses: Sequence[ServerUse] | None = None,
+                          ) -> list[Measurement]:
+    """One pooled :class:`Measurement` per url, from ``rounds`` windows each, in turns
+    (and, with ``uses``, each local server metered over its windows)."""
     pooled = [Measurement(concurrency=concurrency) for _ in urls]
+    uses = uses or [ServerUse(None) for _ in urls]
     for _ in range(rounds):
-        for url, into in zip(urls, pooled, strict=True):
-            level = await measure_level(lambda k, url=url: make_client(url, k), concurrency,
-                                        window)
+        for url, into, use in zip(urls, pooled, uses, strict=True):
+            level = await _metered(use, url, lambda url=url: measure_level(
+                lambda k: make_client(url, k), concurrency, window))
             got = level.measurement
             into.seconds += got.seconds
             into.latencies_s.extend(got.latencies_s)
@@ -43,22 +110,35 @@ async def compare_servers(urls: Sequence[str], make_client: Callable[[str, int],
     return pooled
 
 
+def _ratio(value: float | None, reference: float | None) -> float | None:
+    return round(value / reference, 3) if value and reference else None
+
+
 def comparison_report(urls: Sequence[str], pooled: Sequence[Measurement], *,
-                      workload: str, rounds: int, window: Window) -> dict[str, Any]:
+                      workload: str, rounds: int, window: Window,
+                      uses: Sequence[ServerUse] | None = None) -> dict[str, Any]:
     servers = []
-    for url, got in zip(urls, pooled, strict=True):
+    uses = uses or [ServerUse(None) for _ in urls]
+    for url, got, use in zip(urls, pooled, uses, strict=True):
         done = len(got.latencies_s)
         servers.append({"url": url, "requests": got.requests, "errors": got.errors,
                         "per_s": round(done / got.seconds, 3) if got.seconds else 0.0,
-                        "latency_ms": latency_ms(got.latencies_s), "tallies": got.tallies})
-    reference = servers[0]["latency_ms"]["p95"]
+                        "latency_ms": latency_ms(got.latencies_s), "tallies": got.tallies,
+                        "cpu_s_per_customer": (round(use.cpu_s / use.answered, 3)
+                                               if use.answered else None),
+                        "memory_mib": use.memory_mib})
+    first = servers[0]
     for server in servers:
-        p95 = server["latency_ms"]["p95"]
-        server["p95_ratio"] = round(p95 / reference, 3) if p95 and reference else None
+        server["p95_ratio"] = _ratio(server["latency_ms"]["p95"], first["latency_ms"]["p95"])
+        server["cpu_ratio"] = _ratio(server["cpu_s_per_customer"], first["cpu_s_per_customer"])
+        server["memory_ratio"] = _ratio(server["memory_mib"], first["memory_mib"])
     return {"workload": workload, "concurrency": pooled[0].concurrency if pooled else 0,
             "rounds": rounds, "window_s": window.window_s,
             "method": "windows in turns (A, B, A, B, ...) after a warm-up each; "
-                      "latencies pooled per server; p95_ratio against the first server",
+                      "latencies pooled per server; p95_ratio against the first server; "
+                      "a server on this machine: CPU seconds of its processes per "
+                      "kyc_ensemble request answered over its windows (warm-ups included) "
+                      "and its resident memory at the end (distinct pages)",
             "servers": servers}
 
 
@@ -71,23 +151,33 @@ def run_comparison(urls: Sequence[str], *, concurrency: int = 1, rounds: int | N
     rounds = ROUNDS if rounds is None else rounds
     window = WINDOW if window_s is None else dataclasses.replace(WINDOW, window_s=window_s)
     cases = kyc_cases(8)
+    uses = [ServerUse.of(url) for url in urls]
     pooled = asyncio.run(compare_servers(
         urls, lambda url, k: KycClient(url, cases, k), concurrency=concurrency, rounds=rounds,
-        window=window))
+        window=window, uses=uses))
+    for use in uses:
+        use.memory_mib = resident_union_mib(use.processes()) if use.pid else None
     return comparison_report(urls, pooled, workload=KYC_DESCRIPTION, rounds=rounds,
-                             window=window)
+                             window=window, uses=uses)
 
 
 def format_comparison(report: dict[str, Any]) -> str:
     lines = [f"kyc_ensemble, concurrency {report['concurrency']}, {report['rounds']} windows "
              f"of {report['window_s']:g} s per server, in turns",
              f"{'server':<24} {'answered':>8} {'errors':>6} {'per s':>7} {'p50 ms':>8} "
-             f"{'p95 ms':>8} {'p99 ms':>8} {'p95 ratio':>9}"]
+             f"{'p95 ms':>8} {'p99 ms':>8} {'p95 ratio':>9} {'CPU s/cust':>10} "
+             f"{'CPU ratio':>9} {'MiB':>7} {'MiB ratio':>9}"]
     for s in report["servers"]:
         lat = s["latency_ms"]
-        ms = [f"{lat[k]:8.1f}" if lat[k] is not None else f"{'-':>8}"
-              for k in ("p50", "p95", "p99")]
-        ratio = f"{s['p95_ratio']:9.3f}" if s["p95_ratio"] is not None else f"{'-':>9}"
+        ms = [_cell(lat[k], 8, ".1f") for k in ("p50", "p95", "p99")]
         lines.append(f"{s['url']:<24} {s['requests'] - s['errors']:>8} {s['errors']:>6} "
-                     f"{s['per_s']:>7.2f} {' '.join(ms)} {ratio}")
+                     f"{s['per_s']:>7.2f} {' '.join(ms)} {_cell(s['p95_ratio'], 9, '.3f')} "
+                     f"{_cell(s.get('cpu_s_per_customer'), 10, '.3f')} "
+                     f"{_cell(s.get('cpu_ratio'), 9, '.3f')} "
+                     f"{_cell(s.get('memory_mib'), 7, '.0f')} "
+                     f"{_cell(s.get('memory_ratio'), 9, '.3f')}")
     return "\n".join(lines)
+
+
+def _cell(value: float | None, width: int, form: str) -> str:
+    return f"{value:{width}{form}}" if value is not None else f"{'-':>{width}}"

@@ -14,6 +14,7 @@ resident pages lie: its own memory (heap and anonymous mappings), shared memory
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -83,3 +84,28 @@ def resident_union_mib(pids: Iterable[int]) -> float | None:
     if every.size == 0 or not every.any():  # frame numbers hidden: all zeros
         return None
     return round(np.unique(every).size * PAGE / 2**20, 1)
+
+
+def listening_pid(port: int) -> int | None:
+    """The process of this machine listening on TCP ``port`` (IPv4 or IPv6), or None:
+    the socket's inode from /proc/net/tcp*, then the process holding it open. A server
+    in another network namespace (a container without host networking) is not found."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            # local address "HEX_IP:HEX_PORT", state 0A: LISTEN
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{fields[9]}]")
+    for proc in Path("/proc").iterdir():
+        if inodes and proc.name.isdigit():
+            try:
+                if any(os.readlink(fd) in inodes for fd in (proc / "fd").iterdir()):
+                    return int(proc.name)
+            except OSError:
+                continue
+    return None
