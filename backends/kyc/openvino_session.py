@@ -3,13 +3,15 @@ execution accelerator (what onnxruntime's OpenVINO provider is in the NGC image)
 
 The ONNX file is read and compiled by the ``openvino`` package at load; a run is one
 synchronous infer request (a stub runs one ``execute`` at a time). Its accelerator
-parameter ``precision_mode`` picks the inference precision: ``FP32`` (the default,
-and OpenVINO's own on CPUs without native BF16) or ``BF16`` (CPUs with AMX or
-AVX512-BF16; elsewhere refused at load rather than emulated).
+parameter ``precision_mode`` picks the inference precision: ``FP32`` (the default)
+or ``BF16``, taken on CPUs with native BF16 (AMX, AVX512-BF16) and FP32 elsewhere, said
+in the stub's log: a model is given BF16 only where it measured no loss
+(docs/performance.md, "CPU runtime").
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -18,6 +20,8 @@ from kyc.onnx_backend import SlicedSession
 
 if TYPE_CHECKING:
     from kyc.onnx_backend import OnnxModelSettings
+
+log = logging.getLogger(__name__)
 
 # precision_mode -> OpenVINO's inference precision hint
 PRECISIONS = {"FP32": "f32", "BF16": "bf16"}
@@ -41,8 +45,9 @@ def compile_properties(settings: OnnxModelSettings, capabilities: list[str]) -> 
     if precision not in PRECISIONS:
         raise ValueError(f"openvino precision_mode {precision!r}: one of {', '.join(PRECISIONS)}")
     if precision != "FP32" and precision not in capabilities:
-        raise ValueError(f"openvino precision_mode {precision}: this CPU has no native "
-                         f"{precision} (it offers {', '.join(capabilities)})")
+        log.warning("%s: precision_mode %s asked, but this CPU offers %s: FP32",
+                    settings.model_file.name, precision, ", ".join(capabilities))
+        precision = "FP32"
     return {"INFERENCE_PRECISION_HINT": PRECISIONS[precision],
             "INFERENCE_NUM_THREADS": settings.intra_op_threads,
             "NUM_STREAMS": 1,
@@ -69,8 +74,9 @@ class OpenVinoSession(SlicedSession):
     def _run(self, output_names, feeds):
         results = self.request.infer({name: np.ascontiguousarray(array)
                                       for name, array in feeds.items()})
-        # infer() copies the outputs out of the request (share_outputs=False)
-        return [results[self._outputs[name]] for name in output_names]
+        # infer() copies the outputs out of the request (share_outputs=False); no names:
+        # every output, in the graph's order (as onnxruntime's run(None, ...))
+        return [results[self._outputs[name]] for name in output_names or self._outputs]
 
     def get_inputs(self):
         return self._inputs

@@ -47,6 +47,8 @@ def test_a_config_naming_openvino_runs_on_openvino_and_answers_as_onnxruntime(
     x = np.linspace(-3, 3, 5 * 4, dtype=np.float32).reshape(5, 4)
     (ov_y,), (ort_y,) = session.run(["Y"], {"X": x}), plain.run(["Y"], {"X": x})
     np.testing.assert_allclose(ov_y, ort_y, rtol=1e-6)
+    (every,) = session.run(None, {"X": x})  # no names: every output, as onnxruntime
+    np.testing.assert_allclose(every, ort_y, rtol=1e-6)
     # the batch runner gathers and scatters over it as over onnxruntime
     runner = OnnxBatchRunner(settings_of(accelerated(OPENVINO), tmp_path), session)
     first, second = runner.run([{"X": x[:2]}, {"X": x[2:]}])
@@ -75,18 +77,20 @@ def test_an_unknown_accelerator_or_parameter_or_precision_is_refused_at_load(tmp
     with pytest.raises(ValueError, match="unknown CPU execution accelerator 'dnnl'"):
         settings_of(accelerated({"name": "dnnl"}), tmp_path)
     for parameters, message in (({"device": "GPU"}, "unknown openvino accelerator"),
-                                ({"precision_mode": "INT4"}, "one of FP32, BF16"),
-                                ({"precision_mode": "bf16"}, "has no native BF16")):
+                                ({"precision_mode": "INT4"}, "one of FP32, BF16")):
         settings = settings_of(accelerated(dict(OPENVINO, parameters=parameters)), tmp_path)
         with pytest.raises(ValueError, match=message):
             compile_properties(settings, ["FP32", "INT8"])
 
 
-def test_bf16_where_the_cpu_has_it_and_one_unpinned_stream_of_the_configured_threads(
-        tmp_path):
-    config = accelerated(dict(OPENVINO, parameters={"precision_mode": "BF16"}),
+def test_bf16_where_the_cpu_has_it_fp32_elsewhere_one_unpinned_stream_of_the_threads(
+        tmp_path, caplog):
+    config = accelerated(dict(OPENVINO, parameters={"precision_mode": "bf16"}),
                          intra_op_thread_count="3")
     properties = compile_properties(settings_of(config, tmp_path), ["FP32", "BF16", "INT8"])
     assert properties == {"INFERENCE_PRECISION_HINT": "bf16", "INFERENCE_NUM_THREADS": 3,
                           "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
                           "ENABLE_CPU_PINNING": False}
+    fallback = compile_properties(settings_of(config, tmp_path), ["FP32", "INT8"])
+    assert fallback["INFERENCE_PRECISION_HINT"] == "f32"
+    assert "precision_mode BF16 asked, but this CPU offers FP32, INT8: FP32" in caplog.text
