@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 REPOSITORY ?= model_repository
 PYTEST_ARGS ?=
 
-.PHONY: setup deps models serve test lint unit integration check clean lock runtime deps-locked perf-analyzer model-analyzer \
+.PHONY: setup deps models serve test lint unit integration check clean lock runtime deps-locked bench-tools perf-analyzer model-analyzer \
 	wheelhouse image image-cpu image-base-cpu
 
 ## setup: idempotent; .venv, Debian packages, the project, default model weights
@@ -64,6 +64,9 @@ $(VENV)/.installed-peers: $(VENV)/.installed locks/peers.lock
 	$(PIP) --no-deps --require-hashes -r locks/peers.lock
 	$(BIN)/python -c 'import rapidocr_onnxruntime'
 	touch $@
+
+## bench-tools: the instruments of `kyc bench`: perf_analyzer and the OCR peer (RapidOCR)
+bench-tools: perf-analyzer $(VENV)/.installed-peers
 
 ## perf-analyzer: NVIDIA's perf_analyzer 2.51.0 (the server's release) as .venv/bin/perf_analyzer,
 ## the load generator of `kyc bench` (scripts/perf-analyzer.sh; make test installs it)

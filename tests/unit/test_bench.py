@@ -302,6 +302,34 @@ def test_the_bench_command_parses_its_options_and_offers_exactly_the_groups(tmp_
     assert cli.bench_output_dir(tmp_path / "b.json", None) == tmp_path / "b-files"
 
 
+def test_bench_without_its_instruments_names_the_one_command_that_installs_them(
+        monkeypatch, capsys):
+    from kyc.bench import perf_analyzer
+    from kyc.cli import bench as bench_cli
+
+    installed = {"perf_analyzer": True, "rapidocr_onnxruntime": True}
+    monkeypatch.setattr(perf_analyzer, "available", lambda: installed["perf_analyzer"])
+    monkeypatch.setattr(bench_cli.importlib.util, "find_spec",
+                        lambda name: object() if installed[name] else None)
+    assert bench_cli.missing_instruments([]) == []
+    installed.update(perf_analyzer=False, rapidocr_onnxruntime=False)
+    assert bench_cli.missing_instruments([]) == ["perf_analyzer", "rapidocr-onnxruntime"]
+    assert bench_cli.missing_instruments(["kyc"]) == ["perf_analyzer"]
+    assert bench_cli.missing_instruments(["liveness", "publish"]) == []
+    args = build_parser().parse_args(["bench", "--quick"])
+    assert args.func(args) == 2
+    err = capsys.readouterr().err
+    assert "perf_analyzer and rapidocr-onnxruntime not installed" in err
+    assert "`make bench-tools`" in err and "--own-clients" in err
+    makefile = (Path(__file__).parents[2] / "Makefile").read_text()
+    assert "\nbench-tools: perf-analyzer $(VENV)/.installed-peers\n" in makefile
+    ran = []
+    monkeypatch.setattr("kyc.bench.scenarios.run_bench", lambda options: ran.append(options)
+                        or (_ for _ in ()).throw(OSError("stop here")))
+    own = build_parser().parse_args(["bench", "--quick", "--own-clients"])
+    assert own.func(own) == 1 and ran  # measured (here: stopped) without the instruments
+
+
 def test_bench_refuses_a_repository_without_weights(tmp_path):
     (tmp_path / "face_detector").mkdir()
     (tmp_path / "face_detector" / "config.pbtxt").write_text('name: "face_detector"\n')

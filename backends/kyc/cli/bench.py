@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -11,6 +12,12 @@ from kyc.cli.repo import DEFAULT_REPOSITORY
 
 # kyc.bench.core.GROUPS (not imported: the CLI starts without numpy)
 BENCH_GROUPS = ("kyc", "batching", "liveness", "document", "publish")
+# The instruments the bench's figures need, by the groups that use them: NVIDIA's
+# perf_analyzer loads the stateless served scenarios, RapidOCR is the document peer.
+# `make bench-tools` installs both.
+INSTRUMENTS = (("perf_analyzer", ("kyc", "batching", "document")),
+               ("rapidocr-onnxruntime", ("document",)))
+BENCH_TOOLS = "make bench-tools"
 
 
 def _positive_int(text: str) -> int:
@@ -58,8 +65,28 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
                             "default 1)")
     bench.add_argument("--rounds", type=_positive_int, default=None,
                        help="with --compare: measured windows per server")
+    bench.add_argument("--own-clients", action="store_true",
+                       help="measure even without perf_analyzer or the OCR peer: the bench's "
+                            f"own clients load instead, and no peer ratio (else `{BENCH_TOOLS}` "
+                            "first)")
     bench.add_argument("--model-repository", type=Path, default=DEFAULT_REPOSITORY)
     bench.set_defaults(func=cmd_bench)
+
+
+def _installed(instrument: str) -> bool:
+    if instrument == "perf_analyzer":
+        from kyc.bench import perf_analyzer
+
+        return perf_analyzer.available()
+    return importlib.util.find_spec(instrument.replace("-", "_")) is not None
+
+
+def missing_instruments(groups: list[str] | tuple[str, ...]) -> list[str]:
+    """The instruments that ``groups`` (none: every group) need and this environment
+    lacks."""
+    wanted = set(groups or BENCH_GROUPS)
+    return [name for name, users in INSTRUMENTS
+            if wanted & set(users) and not _installed(name)]
 
 
 def bench_output_dir(json_path: Path | None, out: Path | None) -> Path:
@@ -86,6 +113,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     if args.compare:
         return _bench_compare(args)
+    missing = [] if args.own_clients else missing_instruments(args.scenario)
+    if missing:
+        print(f"kyc bench: {' and '.join(missing)} not installed: run `{BENCH_TOOLS}` (or pass "
+              "--own-clients to load with the bench's own clients, without a peer ratio)",
+              file=sys.stderr)
+        return 2
     try:
         options = BenchOptions.for_run(quick=args.quick, model_repository=args.model_repository,
                                        groups=args.scenario, levels=args.levels or (),
