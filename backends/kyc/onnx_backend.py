@@ -1,4 +1,5 @@
-"""The local ``onnxruntime`` backend: serves ``model.onnx`` with onnxruntime on the CPU.
+"""The local ``onnxruntime`` backend: serves ``model.onnx`` on the CPU, with onnxruntime
+or, where the config names that CPU accelerator, OpenVINO (:mod:`kyc.openvino_session`).
 
 The Triton server in the ``nvidia-pytriton`` wheel has only the Python backend.
 This module is the logic of a *Python-based backend* named ``onnxruntime``

@@ -833,14 +833,15 @@ def running_server(repository: Path, log_file: Path) -> Iterator[TritonServer]:
 
 # -- the report ----------------------------------------------------------------------
 COMPARED = (
-    "served: a real Triton server (Python-based onnxruntime backend on CPU) in explicit "
+    "served: a real Triton server (Python-based onnxruntime backend on CPU, each ONNX "
+    "model on the CPU runtime its config names: OpenVINO, or onnxruntime) in explicit "
     "model-control mode, closed loops per concurrency level: NVIDIA's perf_analyzer "
     "2.51.0 for the stateless scenarios (kyc_ensemble, document_ocr, the batching models: "
     "its count windows and CSV; each input also sent once through the SDK to score the "
     "answers), asyncio gRPC clients for liveness (they answer the random challenge) and "
     "background load, answers counted over a fixed window after a warm-up; "
     "in process: the same kyc code "
-    "and ONNX files without Triton, onnxruntime with the served models' thread settings, "
+    "and ONNX files without Triton, on the same CPU runtimes and thread settings, "
     "batches of min(concurrency, max_batch_size); batching off: the model reloaded "
     "through the model-control API with its config less dynamic_batching; peers: other "
     "software in process, one request at a time, with its own defaults"

@@ -1,5 +1,6 @@
-"""The repository run in this process: the same steps, onnxruntime for the ONNX
-models, the ensembles composed from their configs.
+"""The repository run in this process: the same steps, the ONNX models on the CPU
+runtime their configs name (OpenVINO or onnxruntime), the ensembles composed from
+their configs.
 
 :class:`LocalRepository` is what the bench measures as its in-process limit and what
 tests use to run a pipeline without a server. Nothing is retyped here: a Python
