@@ -165,6 +165,11 @@ def _spec(tensor: Mapping) -> TensorSpec:
     )
 
 
+def _rows(feeds: Mapping[str, np.ndarray]) -> int:
+    """A run's batch: the first dimension of its largest batched feed."""
+    return max((a.shape[0] for a in feeds.values() if np.ndim(a)), default=0)
+
+
 class SlicedSession:
     """A session that runs a batch of more than ``max_run_batch`` items in slices
     (``_run`` runs one), so the server and the bench's in-process limit run it alike."""
@@ -172,7 +177,7 @@ class SlicedSession:
     max_run_batch = 0
 
     def run(self, output_names, feeds):
-        batch = max((a.shape[0] for a in feeds.values() if np.ndim(a)), default=0)
+        batch = _rows(feeds)
         if not self.max_run_batch or batch <= self.max_run_batch:
             return self._run(output_names, feeds)
         slices = [self._run(output_names, {name: a[start:start + self.max_run_batch]
@@ -197,10 +202,9 @@ class ConfiguredSession(SlicedSession):
 
     def _run(self, output_names, feeds):
         options = self.run_options
-        if options is not None and self.shrink_above_batch:
-            batch = max((a.shape[0] for a in feeds.values() if np.ndim(a)), default=0)
-            if batch <= self.shrink_above_batch:
-                options = None
+        if options is not None and self.shrink_above_batch and \
+                _rows(feeds) <= self.shrink_above_batch:
+            options = None
         return self.session.run(output_names, feeds, options)
 
     def get_inputs(self):

@@ -27,8 +27,8 @@ log = logging.getLogger(__name__)
 PRECISIONS = {"FP32": "f32", "BF16": "bf16"}
 
 
-class GraphInput:
-    """What the batch runner asks of a session's inputs: their names."""
+class GraphPort:
+    """What the batch runner asks of a session's inputs and outputs: their names."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -68,7 +68,7 @@ class OpenVinoSession(SlicedSession):
         self.request = self.compiled.create_infer_request()
         self.max_run_batch = settings.max_run_batch
         self.precision = self.compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
-        self._inputs = [GraphInput(port.get_any_name()) for port in self.compiled.inputs]
+        self._inputs = [GraphPort(port.get_any_name()) for port in self.compiled.inputs]
         self._outputs = {port.get_any_name(): port for port in self.compiled.outputs}
 
     def _run(self, output_names, feeds):
@@ -82,4 +82,4 @@ class OpenVinoSession(SlicedSession):
         return self._inputs
 
     def get_outputs(self):
-        return [GraphInput(name) for name in self._outputs]
+        return [GraphPort(name) for name in self._outputs]

@@ -35,7 +35,7 @@ from kyc.bench.core import (
     stats_totals,
 )
 from kyc.bench.procmem import listening_pid, resident_union_mib
-from kyc.runtime.procs import children
+from kyc.runtime.procs import process_tree
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]", "0.0.0.0")
 
@@ -60,11 +60,7 @@ class ServerUse:
         return cls(listening_pid(int(port)) if local else None)
 
     def processes(self) -> list[int]:
-        tree, todo = [], [self.pid] if self.pid else []
-        while todo:
-            tree.append(todo.pop())
-            todo += children(tree[-1])
-        return tree
+        return process_tree(self.pid) if self.pid else []
 
 
 async def _answered(url: str, model: str = "kyc_ensemble") -> int:

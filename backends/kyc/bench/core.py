@@ -54,7 +54,7 @@ from kyc.bench.procmem import resident_union_mib
 from kyc.budgets import queue_against_budget
 from kyc.repo.config import load_config
 from kyc.repo.publish import precompile_python_models
-from kyc.runtime.procs import children, stub_instance
+from kyc.runtime.procs import children, process_tree, stub_instance
 from kyc.runtime.server import ServerError, ServerOptions, TritonServer
 
 log = logging.getLogger(__name__)
@@ -786,11 +786,7 @@ def process_cpu_seconds(pid: int) -> float:
 def process_memory(pid: int) -> dict[str, Any]:
     """Resident (RSS) and proportional (PSS: shared pages divided among their users)
     memory of ``pid`` and all its descendants (Triton's Python stubs), in MiB."""
-    tree, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        tree.append(current)
-        todo += children(current)
+    tree = process_tree(pid)
     rows = [{"pid": p, "name": (Path(f"/proc/{p}/comm").read_text().strip()
                                 if Path(f"/proc/{p}/comm").exists() else "?"),
              "rss": _kib(Path(f"/proc/{p}/status"), "VmRSS"),

@@ -146,8 +146,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     production = args.production or os.environ.get("KYC_PRODUCTION", "") in ("1", "true")
     if production and _production_refused(admin_key):
         return 1
-    client_key = _client_key()
-    if client_key is False:
+    client_key, refused = _client_key()
+    if refused:
         return 1
     key_origin = f"${args.admin_key_env}"
     if admin_key is None:
@@ -210,8 +210,9 @@ def _production_refused(admin_key: str | None) -> bool:
     return bool(problems)
 
 
-def _client_key() -> str | None | bool:
-    """The client key from KYC_CLIENT_KEY (None: unset), or False when unusable."""
+def _client_key() -> tuple[str | None, bool]:
+    """The client key from KYC_CLIENT_KEY (None: unset), and whether it is refused
+    (each reason printed)."""
     from kyc.channel import CLIENT_KEY_ENV
     from kyc.runtime.server import client_key_problems
 
@@ -219,7 +220,7 @@ def _client_key() -> str | None | bool:
     problems = client_key_problems(key)
     for problem in problems:
         print(f"kyc serve: {problem}", file=sys.stderr)
-    return False if problems else key
+    return key, bool(problems)
 
 
 def _make_server(args: argparse.Namespace, repository: Path, admin_key: str | None,

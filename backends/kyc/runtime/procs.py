@@ -21,6 +21,15 @@ def children(pid: int) -> list[int]:
     return kids
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and every process descended from it (a server and its Python stubs)."""
+    tree, todo = [], [pid]
+    while todo:
+        tree.append(todo.pop())
+        todo += children(tree[-1])
+    return tree
+
+
 def stub_instance(pid: int) -> str:
     """The model instance a Python stub serves (its 9th argument, e.g. "ocr_det_0_0")."""
     try:
