@@ -90,3 +90,57 @@ def test_metered_servers_report_cpu_per_customer_and_memory_with_ratios_to_the_f
     assert far["cpu_s_per_customer"] is far["cpu_ratio"] is far["memory_mib"] is None
     table = format_comparison(report)
     assert "CPU s/cust" in table and "0.250" in table and "1500" in table
+
+
+def test_a_liveness_comparison_counts_cpu_per_frame_answered_by_liveness_sequence(monkeypatch):
+    from kyc.bench import compare
+
+    asked: list[str] = []
+
+    async def answered(url, model):
+        asked.append(model)
+        return 100 * len(asked)
+
+    monkeypatch.setattr(compare, "_answered", answered)
+    monkeypatch.setattr(compare, "process_cpu_seconds", lambda pid: 0.0)
+    use = ServerUse(1)
+    pooled = asyncio.run(compare_servers(["a:1"], lambda url, k: Fake(url, 0.001, []),
+                                         rounds=1, window=TINY, uses=[use],
+                                         model="liveness_sequence"))
+    assert asked == ["liveness_sequence"] * 2 and use.answered == 100
+    use.cpu_s = 2.0
+    report = comparison_report(["a:1"], pooled, workload="w", rounds=1, window=TINY,
+                               uses=[use], model="liveness_sequence", unit="frame")
+    (server,) = report["servers"]
+    assert server["cpu_s_per_frame"] == 0.02 and "cpu_s_per_customer" not in server
+    assert report["model"] == "liveness_sequence"
+    table = format_comparison(report)
+    assert table.startswith("liveness_sequence, concurrency") and "CPU s/frame" in table
+
+
+def test_compare_offers_the_kyc_and_liveness_workloads_and_refuses_others(monkeypatch, capsys,
+                                                                          tmp_path):
+    import json
+
+    from kyc.bench import compare
+    from kyc.cli import build_parser
+
+    assert {w: compare.WORKLOADS[w].concurrency for w in compare.WORKLOADS} == {
+        "kyc": 1, "liveness": 8}
+    base = ["bench", "--compare", "a:1", "--compare", "b:2"]
+    args = build_parser().parse_args([*base, "--scenario", "document"])
+    assert args.func(args) == 2 and "kyc, liveness only" in capsys.readouterr().err
+    ran = []
+
+    def fake_run(urls, *, workload, concurrency, rounds, window_s):
+        ran.append((workload, concurrency))
+        return {"model": compare.WORKLOADS[workload].model, "unit": "u", "concurrency": 1,
+                "rounds": 1, "window_s": 1.0, "servers": []}
+
+    monkeypatch.setattr(compare, "run_comparison", fake_run)
+    args = build_parser().parse_args([*base, "--scenario", "kyc", "--scenario", "liveness",
+                                      "--json", str(tmp_path / "c.json")])
+    assert args.func(args) == 0
+    assert ran == [("kyc", None), ("liveness", None)]  # each at its own level
+    saved = json.loads((tmp_path / "c.json").read_text())
+    assert [c["model"] for c in saved["comparisons"]] == ["kyc_ensemble", "liveness_sequence"]

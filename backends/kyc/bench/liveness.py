@@ -71,6 +71,9 @@ from kyc.liveness.synthetic import HeadModel, encode, frame_variant, move_pose, 
 log = logging.getLogger(__name__)
 
 MODEL = "liveness_sequence"
+LIVENESS_DESCRIPTION = ("one frame of a liveness session (a real photo's face rendered in 3-D, "
+                        "making each move as it is told) -> liveness_sequence; N sessions "
+                        "streaming at once")
 CLIENT_TIMEOUT_S = 60.0
 # The real test photos whose rendered moves pass the served model, in the order
 # persons are taken (checked by tests/integration/test_bench_liveness.py: eight

@@ -193,14 +193,11 @@ def batching_ceiling(repository: Path, model: str, name: str, payloads: Sequence
 # -- liveness ------------------------------------------------------------------------------
 async def run_liveness(bench: Bench) -> None:
     from kyc.bench.document import DocumentClient, document_cases
-    from kyc.bench.liveness import LivenessBenchClient, MoveLibrary
+    from kyc.bench.liveness import LIVENESS_DESCRIPTION, LivenessBenchClient, MoveLibrary
 
     moves = MoveLibrary.build(bench.grpc_url)
     levels = bench.options.levels_of("liveness")
-    description = ("one frame of a liveness session (a real photo's face rendered in 3-D, "
-                   "making each move as it is told) -> liveness_sequence; N sessions "
-                   "streaming at once")
-    scenario = Served("liveness_sequence", description, "frames", "liveness_sequence",
+    scenario = Served("liveness_sequence", LIVENESS_DESCRIPTION, "frames", "liveness_sequence",
                       LIVENESS_MODELS, lambda url, k: LivenessBenchClient(url, moves, k), levels)
     await bench.sweep(scenario)
     documents = document_cases(4)

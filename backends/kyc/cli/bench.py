@@ -59,10 +59,11 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--admin-key", default=None,
                        help="that server's model-repository API admin key")
     bench.add_argument("--compare", action="append", default=[], metavar="HOST:PORT",
-                       help="instead of the scenarios: kyc_ensemble on these running servers "
-                            "(gRPC; repeat, at least two), window after window in turns, "
-                            "latencies pooled per server (concurrency: the first of --levels, "
-                            "default 1)")
+                       help="instead of the scenarios: these running servers (gRPC; repeat, "
+                            "at least two), window after window in turns, latencies pooled "
+                            "per server, on kyc_ensemble (--scenario kyc, the default; one "
+                            "client) and/or liveness_sequence (--scenario liveness; 8 "
+                            "sessions); --levels: the first level for each")
     bench.add_argument("--rounds", type=_positive_int, default=None,
                        help="with --compare: measured windows per server")
     bench.add_argument("--own-clients", action="store_true",
@@ -146,25 +147,33 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _bench_compare(args: argparse.Namespace) -> int:
-    from kyc.bench.compare import format_comparison, run_comparison
+    from kyc.bench.compare import WORKLOADS, format_comparison, run_comparison
     from kyc.bench.core import write_json
 
     if len(args.compare) < 2:
         print("kyc bench --compare: name at least two servers (--compare HOST:PORT twice)",
               file=sys.stderr)
         return 2
-    levels = args.levels or (1,)
+    workloads = list(dict.fromkeys(args.scenario or ["kyc"]))
+    unknown = [w for w in workloads if w not in WORKLOADS]
+    if unknown:
+        print(f"kyc bench --compare: compares the scenarios {', '.join(WORKLOADS)} only, "
+              f"not {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    reports = []
     try:
-        report = run_comparison(args.compare, concurrency=levels[0], rounds=args.rounds,
-                                window_s=args.window_s)
+        for workload in workloads:
+            reports.append(run_comparison(
+                args.compare, workload=workload, concurrency=(args.levels or (None,))[0],
+                rounds=args.rounds, window_s=args.window_s))
+            print(format_comparison(reports[-1]), flush=True)
     except (OSError, RuntimeError) as exc:
         print(f"kyc bench --compare: {exc}", file=sys.stderr)
         return 1
-    print(format_comparison(report))
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        write_json(report, args.json)
-    errors = sum(s["errors"] for s in report["servers"])
+        write_json({"comparisons": reports}, args.json)
+    errors = sum(s["errors"] for report in reports for s in report["servers"])
     if errors:
         print(f"kyc bench --compare: {errors} request(s) failed", file=sys.stderr)
     return 1 if errors else 0
