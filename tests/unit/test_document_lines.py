@@ -173,3 +173,17 @@ def test_a_restricted_reading_takes_the_best_allowed_class():
     probs[0, 3] = 0.05  # ... "0" is second
     assert ctc_greedy(probs, ALPHABET)[0] == "O"
     assert ctc_greedy(probs, ALPHABET, class_mask(ALPHABET, "AB0<"))[0] == "0"
+
+
+def test_two_long_lines_of_a_turned_page_are_two_rows_in_order():
+    """Two 44-character lines, 60 px apart, turned 6 degrees: each box spans 150 px
+    vertically, but the lines are 45 px thick and stay two rows, top one first."""
+    angle = np.radians(6)
+    turn = np.array([[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]])
+
+    def turned(y):
+        return (box(0, y, w=1100, h=45) - [550, 0]) @ turn.T + [650, 0]
+
+    first, second = turned(800), turned(860)
+    assert np.ptp(first[:, 1]) > 150 and second[:, 0].min() < first[:, 0].min()
+    assert reading_order([second, first]) == [1, 0]

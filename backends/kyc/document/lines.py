@@ -35,12 +35,15 @@ def reading_rows(boxes: Sequence[np.ndarray]) -> list[list[int]]:
     """Indices of ``boxes`` in rows, top to bottom, left to right within a row.
 
     Boxes whose vertical centres are closer than half the smaller box height are on
-    the same row.
+    the same row. A box's height is its thickness (its shorter side), not its vertical
+    extent: on a photo turned by a few degrees a long line's box spans several line
+    pitches vertically, and two MRZ lines would otherwise make one row, read in the
+    wrong order (measured: 5 of 30 harsh pages, 6 degrees, issue 37).
     """
     if not boxes:
         return []
     centres = np.array([b[:, 1].mean() for b in boxes])
-    heights = np.array([max(b[:, 1].max() - b[:, 1].min(), 1.0) for b in boxes])
+    heights = np.array([max(_thickness(b), 1.0) for b in boxes])
     lefts = np.array([b[:, 0].min() for b in boxes])
     order = list(np.argsort(centres, kind="stable"))
     lines: list[list[int]] = []
@@ -54,6 +57,12 @@ def reading_rows(boxes: Sequence[np.ndarray]) -> list[list[int]]:
                 continue
         lines.append([i])
     return [[int(i) for i in sorted(line, key=lambda k: lefts[k])] for line in lines]
+
+
+def _thickness(box: np.ndarray) -> float:
+    """The shorter side of a four-corner box (corners in order around it)."""
+    sides = np.linalg.norm(np.roll(box, -1, axis=0) - box, axis=1)
+    return float(min(sides[0] + sides[2], sides[1] + sides[3]) / 2)
 
 
 def reading_order(boxes: Sequence[np.ndarray]) -> list[int]:
