@@ -110,12 +110,21 @@ def test_without_any_degradation_the_photo_is_the_document_on_a_background():
 
 @pytest.mark.parametrize("change", [
     {"rotation_deg": 3.0}, {"perspective": 0.03}, {"illumination": 0.4}, {"blur_sigma": 1.5},
-    {"noise_sigma": 6.0}, {"jpeg_quality": 60}])
+    {"noise_sigma": 6.0}, {"jpeg_quality": 60}, {"glare": 0.5}, {"low_light": 0.5}])
 def test_each_degradation_changes_the_pixels(change):
     plain = render(4, "td1", NO_DEGRADATION).image
     degraded = render(4, "td1", dataclasses.replace(NO_DEGRADATION, **change)).image
     assert degraded.shape == plain.shape
     assert np.abs(degraded.astype(int) - plain.astype(int)).mean() > 0.2
+
+
+def test_glare_brightens_a_spot_and_low_light_darkens_the_whole_photo():
+    plain = render(4, "td1", NO_DEGRADATION).image.astype(int)
+    glare = render(4, "td1", dataclasses.replace(NO_DEGRADATION, glare=0.6)).image.astype(int)
+    dim = render(4, "td1", dataclasses.replace(NO_DEGRADATION, low_light=0.5)).image.astype(int)
+    brighter = (glare - plain).max(axis=2)
+    assert brighter.min() >= 0 and 0.002 < (brighter > 30).mean() < 0.5
+    assert dim.mean() < 0.9 * plain.mean() and (dim <= plain).all()
 
 
 def test_the_given_photo_fills_the_portrait_area():
