@@ -16,6 +16,7 @@ from kyc.document.mrz import (
 )
 from kyc.document.mrz_correct import clear_padding
 from kyc.document.mrz_formats import FORMATS, resolved_checks
+from kyc.document.states import STATE_CODES, known_state
 
 TODAY = date(2025, 6, 1)
 
@@ -383,6 +384,12 @@ def test_an_unspecified_sex_reads_as_x_and_composes_back_as_a_filler():
 # --- composing -------------------------------------------------------------------------------
 
 
+def _state(code: str) -> str:
+    """A random code as a state, or Utopia where it names none (the same draws either way:
+    the cases the tests below were written against)."""
+    return code if code in STATE_CODES else "UTO"
+
+
 def random_fields(rng: random.Random, name: str) -> dict[str, object]:
     letters, alnum = "ABCDEFGHIJKLMNOPQRSTUVWXYZ", "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
     max_number = {"TD1": 20, "TD2": 14}.get(name, 9)
@@ -398,7 +405,7 @@ def random_fields(rng: random.Random, name: str) -> dict[str, object]:
         "surname": rng.choice(["SMITH", "VAN DER BERG", "GARCIA LOPEZ", "LI"]),
         "given_names": rng.choice(["ANNA MARIA", "JOHN", "", "JEAN PIERRE"]),
         "document_number": "".join(rng.choice(alnum) for _ in range(number_length)),
-        "nationality": "".join(rng.choice(letters) for _ in range(3)),
+        "nationality": _state("".join(rng.choice(letters) for _ in range(3))),
         "birth_date": birth.isoformat(),
         "sex": rng.choice("MFX"),
         "expiry_date": expiry.isoformat(),
@@ -515,3 +522,20 @@ def test_a_word_of_the_visual_zone_is_not_glued_to_a_short_mrz_line():
     assert candidate is not None
     assert candidate.lines == (name_line.ljust(36, "<"), lower)
     assert candidate.indices == (1, 2)
+
+
+@pytest.mark.parametrize("field, position", [("issuing_state", 2), ("nationality", 10)])
+def test_a_state_code_that_names_no_state_makes_the_mrz_invalid(field, position):
+    """No check digit covers a state code: 'D<<' read as 'O<<' passes every check."""
+    lines = compose_mrz("TD3", {**ANNA, "document_code": "P", "issuing_state": "D",
+                                "nationality": "D", "document_number": "C25437501",
+                                "birth_date": "1979-06-26", "expiry_date": "2031-05-21",
+                                "optional_data": ""})
+    line = 0 if field == "issuing_state" else 1
+    misread = list(lines)
+    misread[line] = lines[line][:position] + "O" + lines[line][position + 1:]
+    mrz = parse_mrz(misread, TODAY)["mrz"]
+    assert all(mrz["checks"][name] is not False for name in mrz["checks"])
+    assert mrz["valid"] is False and mrz["problems"] == [f"{field}_unknown"]
+    assert parse_mrz(lines, TODAY)["mrz"]["valid"] is True
+    assert known_state("D") and known_state("UTO") and not known_state("O")

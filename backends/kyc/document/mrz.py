@@ -35,6 +35,7 @@ from kyc.document.mrz_formats import (
     evaluate_checks,
     number_layout,
 )
+from kyc.document.states import known_state
 
 __all__ = ["FORMATS", "check_digit", "compose_mrz", "empty_document", "find_mrz", "parse_mrz",
            "read_mrz"]
@@ -68,6 +69,8 @@ def read_mrz(candidate: MrzCandidate, today: date | None = None) -> dict[str, An
     problems = [f"{name}_check_failed" for name in CHECK_NAMES if checks[name] is False]
     problems += [f"{name}_invalid" for name in ("birth_date", "expiry_date")
                  if fields[name] is None]
+    problems += [f"{name}_unknown" for name in ("issuing_state", "nationality")
+                 if not known_state(fields[name])]
     expiry = fields["expiry_date"]
     return {
         "mrz": {
