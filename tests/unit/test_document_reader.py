@@ -310,3 +310,22 @@ def test_an_mrz_line_the_detector_cut_in_two_is_read_whole_beside_the_other(
     mrz = [line for line in read if line.mrz]
     assert [line.text for line in mrz] == list(doc.mrz_lines)  # whole, fillers and all
     assert not any(line.text.startswith("<<") for line in read)  # the end piece is gone
+
+
+@pytest.mark.parametrize("lines", ["all", "decision"])
+def test_an_mrz_line_whose_filler_run_is_read_short_comes_back_whole(sessions, monkeypatch,
+                                                                      lines):
+    """A harsh photo (issue 37) of an ID card whose second line ends in 11 fillers and a
+    check digit: read greedily from the squeezed crop it comes out short (here 3, served
+    with a portrait 8 characters); read at the page's line length it is the printed line."""
+    from kyc.document import ocr
+    from kyc.document.synthetic import HARSH
+
+    rng = np.random.default_rng(38035)
+    doc = render_document(random_identity(rng), "td1", None, HARSH, rng)
+    pages = [page(doc.image, sessions)]
+    reader, _ = reader_counting_rows(sessions, lines=lines)
+    assert tuple(line.text for line in reader.read(pages)[0] if line.mrz) == doc.mrz_lines
+    monkeypatch.setattr(ocr, "ctc_fixed_length", lambda *_: None)  # greedy alone
+    greedy = [line.text for line in reader.read(pages)[0] if line.mrz]
+    assert len(greedy[1]) < len(doc.mrz_lines[1])

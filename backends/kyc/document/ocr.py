@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kyc.document.ctc_length import ctc_fixed_length
 from kyc.document.db import DBSettings, text_boxes
 from kyc.document.lines import (
     REC_STRIDE,
@@ -26,6 +27,7 @@ from kyc.document.lines import (
     reading_rows,
 )
 from kyc.document.mrz import parse_mrz
+from kyc.document.mrz_formats import FORMATS
 from kyc.document.visual import squash, wanted_values
 
 log = logging.getLogger(__name__)
@@ -36,6 +38,18 @@ MRZ_CHARACTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789<"
 # the whole line beside it (the MRZ reader fixes lengths within 3, kyc.document.mrz_find).
 MRZ_LENGTH_SLACK = 3
 LINE_MODES = ("all", "decision")
+# An MRZ line read short is read again at its known length when it is at most this many
+# characters short (measured on harsh pages: 4 to 11 fillers lost, issue 37) and its crop
+# at least this share of the page's widest MRZ crop.
+MAX_FILLERS_LOST = 12
+WHOLE_LINE_WIDTH = 0.85
+MRZ_LINE_LENGTHS = tuple(sorted({fmt.line_length for fmt in FORMATS.values()}))
+
+
+def line_length_for(longest: int) -> int | None:
+    """The MRZ line length of a page whose longest MRZ line reads ``longest`` characters:
+    the shortest format line at least that long (None: longer than any)."""
+    return next((n for n in MRZ_LINE_LENGTHS if n >= longest), None)
 # Width of one printed capital over the height of its detected box (the text height
 # unclipped by DB): what orders the visual-zone lines when reading for the decision.
 # Measured on the held-in documents (kyc bench's): 0.63-0.80 for the upper-case field
@@ -148,7 +162,9 @@ class DocumentReader:
             flat = [(page, i) for page, p in enumerate(found) for i in range(len(p.items))]
             texts, mrz = self._read_crops([found[page].items[i][0] for page, i in flat])
             readings = {key: (*texts[k], k in mrz) for k, key in enumerate(flat)}
-            self._mend_mrz(found, readings)
+            steps = {flat[k]: step for k, step in mrz.items()}
+            self._mend_mrz(found, readings, steps)
+            self._fit_mrz_lengths(found, readings, steps)
         lines: list[list[TextLine]] = [[] for _ in pages]
         for (page, i), (text, confidence, is_mrz) in sorted(readings.items()):
             if self._kept(text, confidence):
@@ -168,14 +184,16 @@ class DocumentReader:
         return _Page(canvas, [(crop_line(canvas, boxes[i].points), boxes[i].points) for i in order],
                      [[position[i] for i in row] for row in rows])
 
-    def _mend_mrz(self, found: list[_Page], readings: Readings) -> set[tuple[int, int]]:
+    def _mend_mrz(self, found: list[_Page], readings: Readings,
+                  steps: dict[tuple[int, int], np.ndarray]) -> set[tuple[int, int]]:
         """MRZ lines the detector cut in pieces or found only in part, read whole.
 
         A row that is not one whole MRZ line (an MRZ line found in one box), beside one
         (:func:`kyc.document.lines.band_line`), is read again along that line's span,
         squeezed; when that reading is an MRZ line of
         about the same length with fillers in it, it takes the place of the row's
-        pieces (the first piece's line; the others are dropped from ``readings``).
+        pieces (the first piece's line; the others are dropped from ``readings``, and
+        ``steps``, the MRZ lines' probabilities, follows).
         Repeated once, for a line beside a mended one (TD1's three lines). A page whose
         MRZ lines were all found whole costs nothing. Returns the lines dropped.
         """
@@ -202,8 +220,8 @@ class DocumentReader:
             if not todo:
                 break
             crops = [crop_line(found[page].canvas, box) for page, _, box, _ in todo]
-            steps = self._recognise(crops, [self.settings.mrz_squeeze] * len(crops))
-            for (page, row, box, beside), crop, step in zip(todo, crops, steps, strict=True):
+            again = self._recognise(crops, [self.settings.mrz_squeeze] * len(crops))
+            for (page, row, box, beside), crop, step in zip(todo, crops, again, strict=True):
                 text, _ = ctc_greedy(step, self.alphabet)
                 if not may_be_mrz(text, crop, self.settings.mrz_min_aspect):
                     continue
@@ -212,8 +230,10 @@ class DocumentReader:
                     continue
                 found[page].items[row[0]] = (crop, box)
                 readings[page, row[0]] = (text, confidence, True)
+                steps[page, row[0]] = step
                 for i in row[1:]:
                     readings.pop((page, i), None)
+                    steps.pop((page, i), None)
                     dropped.add((page, i))
         return dropped
 
@@ -238,11 +258,14 @@ class DocumentReader:
         steps = self._recognise([found[p].items[i][0] for p, i in long],
                                 [settings.mrz_squeeze] * len(long))
         readings: Readings = {}
+        mrz_steps: dict[tuple[int, int], np.ndarray] = {}
         for (page, i), step in zip(long, steps, strict=True):
             text, confidence = ctc_greedy(step, self.alphabet)
             if may_be_mrz(text, found[page].items[i][0], settings.mrz_min_aspect):
                 readings[page, i] = (*ctc_greedy(step, self.alphabet, self.mrz_mask), True)
-        dropped = self._mend_mrz(found, readings)
+                mrz_steps[page, i] = step
+        dropped = self._mend_mrz(found, readings, mrz_steps)
+        self._fit_mrz_lengths(found, readings, mrz_steps)
         pending: dict[int, list[int]] = {}
         wanted: dict[int, set[str]] = {}
         for page, p in enumerate(found):
@@ -270,8 +293,10 @@ class DocumentReader:
                     del pending[page]
         return readings
 
-    def _read_crops(self, crops: list[np.ndarray]) -> tuple[list[tuple[str, float]], set[int]]:
-        """(text, confidence) of every crop, and which crops were read as MRZ lines.
+    def _read_crops(self, crops: list[np.ndarray]
+                    ) -> tuple[list[tuple[str, float]], dict[int, np.ndarray]]:
+        """(text, confidence) of every crop, and the crops read as MRZ lines (with their
+        probabilities).
 
         Each crop is recognised once: long crops (MRZ-shaped) squeezed, the others at
         their natural width. A long crop whose free reading looks like an MRZ line is
@@ -292,7 +317,33 @@ class DocumentReader:
             again = self._recognise([crops[i] for i in others], [1.0] * len(others))
             for i, s in zip(others, again, strict=True):
                 readings[i] = ctc_greedy(s, self.alphabet)
-        return readings, mrz
+        return readings, {i: steps[i] for i in mrz}
+
+    def _fit_mrz_lengths(self, found: list[_Page], readings: Readings,
+                         steps: dict[tuple[int, int], np.ndarray]) -> None:
+        """Whole MRZ lines read a few characters short, read again at the page's MRZ line
+        length (:func:`kyc.document.ctc_length.ctc_fixed_length`, from the same
+        probabilities): a run of fillers read from a squeezed crop loses some.
+
+        The length: the longest MRZ line of the page, rounded up to a format's (30, 36,
+        44). Whole: a crop at least :data:`WHOLE_LINE_WIDTH` of the page's widest MRZ
+        crop (a line the detector cut in two is :meth:`_mend_mrz`'s). At most
+        :data:`MAX_FILLERS_LOST` characters short.
+        """
+        for page, found_page in enumerate(found):
+            keys = [key for key in steps if key[0] == page and key in readings]
+            if not keys:
+                continue
+            target = line_length_for(max(len(readings[key][0]) for key in keys))
+            widest = max(found_page.items[i][0].shape[1] for _, i in keys)
+            for key in keys:
+                text, _, _ = readings[key]
+                whole = found_page.items[key[1]][0].shape[1] >= WHOLE_LINE_WIDTH * widest
+                if target is None or not whole or not 0 < target - len(text) <= MAX_FILLERS_LOST:
+                    continue
+                fitted = ctc_fixed_length(steps[key], self.alphabet, target, self.mrz_mask)
+                if fitted is not None:
+                    readings[key] = (*fitted, True)
 
     def _recognise(self, crops: list[np.ndarray], squeeze: list[float]) -> list[np.ndarray]:
         """The recogniser's ``[T, C]`` probabilities of each crop (padding cut off)."""
