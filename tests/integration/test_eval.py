@@ -113,6 +113,21 @@ def test_documents_reads_the_rendered_pages_the_same_with_a_copied_version(
     assert "field `surname`" in (tmp_path / "documents.md").read_text()
 
 
+def test_harsh_photos_read_exactly_and_tampered_pages_never_read_valid(
+        samples, tmp_path, capsys):
+    """Issue 37's measure on the project's own harsh set: every MRZ read, nearly every
+    one exactly, none reported valid but wrong, every tampered page flagged."""
+    result, _ = run_eval(capsys, "documents", str(samples / "documents-harsh"),
+                         "--repository", str(repository(tmp_path)),
+                         "--json", str(tmp_path / "harsh.json"),
+                         "--report", str(tmp_path / "harsh.md"))
+    one = result["versions"]["1"]
+    assert result["documents"] == 8 and one["tampered"] == 1
+    assert one["mrz_read_rate"] == 1.0 and one["mrz_exact_rate"] >= 0.875
+    assert one["valid_but_wrong"] == 0 and one["tampered_flagged"] == one["tampered"]
+    assert "| tampered pages reported not valid | 1 of 1 |" in (tmp_path / "harsh.md").read_text()
+
+
 def test_liveness_measures_apcer_per_attack_species_and_bpcer_on_real_video(
         samples, tmp_path, capsys):
     from kyc.eval.attacks import INJECTION, SPECIES

@@ -126,10 +126,10 @@ def test_compare_offers_the_kyc_and_liveness_workloads_and_refuses_others(monkey
     from kyc.cli import build_parser
 
     assert {w: compare.WORKLOADS[w].concurrency for w in compare.WORKLOADS} == {
-        "kyc": 1, "liveness": 8}
+        "kyc": 1, "document": 1, "liveness": 8}
     base = ["bench", "--compare", "a:1", "--compare", "b:2"]
-    args = build_parser().parse_args([*base, "--scenario", "document"])
-    assert args.func(args) == 2 and "kyc, liveness only" in capsys.readouterr().err
+    args = build_parser().parse_args([*base, "--scenario", "batching"])
+    assert args.func(args) == 2 and "kyc, document, liveness only" in capsys.readouterr().err
     ran = []
 
     def fake_run(urls, *, workload, concurrency, rounds, window_s):

@@ -28,7 +28,8 @@ def test_the_printed_mrz_read_back_scores_every_tally(cases):
         assert set(tallies) == set(TALLIES)
         assert tallies == {"documents": 1, "mrz_found": 1, "mrz_exact": 1, "fields_exact": 1,
                            "fields_correct": len(case.fields),
-                           "fields_total": len(case.fields), "valid": 1}
+                           "fields_total": len(case.fields), "valid": 1,
+                           "valid_but_wrong": 0, "tampered": 0, "tampered_flagged": 0}
 
 
 def test_one_wrong_field_costs_one_field_and_the_document_not_the_mrz_found(cases):
@@ -39,6 +40,29 @@ def test_one_wrong_field_costs_one_field_and_the_document_not_the_mrz_found(case
     tallies = score(document, case)
     assert (tallies["mrz_found"], tallies["mrz_exact"], tallies["fields_exact"]) == (1, 0, 0)
     assert tallies["fields_correct"] == len(case.fields) - 1
+
+
+def test_a_reading_reported_valid_but_not_as_printed_is_counted_as_such(cases):
+    case = cases[0]
+    document = copy.deepcopy(parse_mrz(case.mrz_lines))
+    document["mrz"]["lines"][1] = "X" + document["mrz"]["lines"][1][1:]
+    assert score(document, case)["valid_but_wrong"] == 1
+    document["mrz"]["valid"] = False
+    assert score(document, case)["valid_but_wrong"] == 0
+
+
+def test_tampered_pages_must_read_not_valid():
+    *genuine, tampered = render_cases(3, [None], tampered=1)
+    assert not any(c.tampered for c in genuine) and tampered.tampered
+    read = parse_mrz(tampered.mrz_lines)  # the altered MRZ as printed, read exactly
+    tallies = score(read, tampered)
+    assert read["mrz"]["valid"] is False and tallies["mrz_exact"] == 1
+    assert (tallies["tampered"], tallies["tampered_flagged"], tallies["valid_but_wrong"]) \
+        == (1, 1, 0)
+    forged_valid = copy.deepcopy(read)
+    forged_valid["mrz"]["valid"] = True
+    assert score(forged_valid, tampered)["valid_but_wrong"] == 1
+    assert score(forged_valid, tampered)["tampered_flagged"] == 0
 
 
 def test_nothing_found_scores_zero_but_counts_the_document(cases):

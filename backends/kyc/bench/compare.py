@@ -9,6 +9,8 @@ its p95. The workloads, chosen with ``--scenario``:
 - ``kyc`` (the default): the end-to-end workload of ``kyc bench`` (:mod:`kyc.bench.kyc`:
   ``kyc_ensemble`` on a rendered passport page with a real portrait and a selfie, no
   liveness token), one client unless ``--levels`` says otherwise;
+- ``document``: ``document_ocr`` on rendered, photographed documents
+  (:mod:`kyc.bench.document`, each reading scored against the printed MRZ), one client;
 - ``liveness``: sessions of ``liveness_sequence`` played frame by frame
   (:mod:`kyc.bench.liveness`, the frames rendered once from the first server's face
   landmarks and sent alike to all), 8 sessions at once unless ``--levels`` says
@@ -60,6 +62,7 @@ class Workload:
 
 
 WORKLOADS = {w.name: w for w in (Workload("kyc", "kyc_ensemble", "customer", 1),
+                                  Workload("document", "document_ocr", "document", 1),
                                   Workload("liveness", "liveness_sequence", "frame", 8))}
 
 ROUNDS = 4
@@ -172,6 +175,11 @@ def _make_clients(workload: Workload, urls: Sequence[str]
 
         moves = MoveLibrary.build(urls[0])
         return LIVENESS_DESCRIPTION, lambda url, k: LivenessBenchClient(url, moves, k)
+    if workload.name == "document":
+        from kyc.bench.document import DOCUMENT_DESCRIPTION, DocumentClient, document_cases
+
+        documents = document_cases(8)
+        return DOCUMENT_DESCRIPTION, lambda url, k: DocumentClient(url, documents, k)
     from kyc.bench.kyc import KYC_DESCRIPTION, kyc_cases
     from kyc.bench.scenarios import KycClient
 
@@ -199,7 +207,7 @@ def run_comparison(urls: Sequence[str], *, workload: str = "kyc",
 
 def format_comparison(report: dict[str, Any]) -> str:
     unit = report.get("unit", "customer")
-    per = "CPU s/" + {"customer": "cust"}.get(unit, unit)
+    per = "CPU s/" + {"customer": "cust", "document": "doc"}.get(unit, unit)
     lines = [f"{report.get('model', 'kyc_ensemble')}, concurrency {report['concurrency']}, "
              f"{report['rounds']} windows of {report['window_s']:g} s per server, in turns",
              f"{'server':<24} {'answered':>8} {'errors':>6} {'per s':>7} {'p50 ms':>8} "

@@ -62,8 +62,9 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
                        help="instead of the scenarios: these running servers (gRPC; repeat, "
                             "at least two), window after window in turns, latencies pooled "
                             "per server, on kyc_ensemble (--scenario kyc, the default; one "
-                            "client) and/or liveness_sequence (--scenario liveness; 8 "
-                            "sessions); --levels: the first level for each")
+                            "client), document_ocr (--scenario document; one client) and/or "
+                            "liveness_sequence (--scenario liveness; 8 sessions); --levels: "
+                            "the first level for each")
     bench.add_argument("--rounds", type=_positive_int, default=None,
                        help="with --compare: measured windows per server")
     bench.add_argument("--own-clients", action="store_true",

@@ -18,7 +18,8 @@ no character.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -109,3 +110,80 @@ def _backtrack(blank_from: np.ndarray, char_from: np.ndarray, length: int,
     if state >= 0:
         written.append((0, state))
     return written[::-1]
+
+
+# A character's options: the classes the recogniser gave at least this probability over
+# the steps that wrote it (the written one always first).
+OPTION_FLOOR = 0.02
+Options = tuple[tuple[tuple[str, float], ...], ...]  # per character: (char, prob), best first
+# A line's options, worked out when first asked for (only a failing check asks).
+LazyOptions = Callable[[], "Options | None"]
+
+
+def lazy_options(probs: np.ndarray, alphabet: Sequence[str], text: str,
+                 allowed: np.ndarray | None = None) -> LazyOptions:
+    """:func:`character_options` of these arguments, computed once, on the first call."""
+    return functools.cache(functools.partial(character_options, probs, alphabet, text, allowed))
+
+
+def character_options(probs: np.ndarray, alphabet: Sequence[str], text: str,
+                      allowed: np.ndarray | None = None) -> Options | None:
+    """For each character of ``text`` (a reading of ``probs``), the classes the recogniser
+    offered over the steps that wrote it (its forced CTC alignment: from the step of its
+    first frame to the next character's), each with the highest probability it had
+    there, at least :data:`OPTION_FLOOR`, within ``allowed``; the written character
+    first. None when ``text`` cannot be aligned (too few steps)."""
+    index = {char: k + 1 for k, char in enumerate(alphabet)}
+    if any(char not in index for char in text):
+        return None
+    labels = [index[char] for char in text]
+    starts = ctc_align(probs, labels)
+    if starts is None:
+        return None
+    mask = np.ones(probs.shape[1], bool) if allowed is None else allowed.copy()
+    mask[0] = False
+    bounds = [*starts, probs.shape[0]]
+    options = []
+    for k, label in enumerate(labels):
+        span = probs[bounds[k]:max(bounds[k + 1], bounds[k] + 1)].max(axis=0)
+        span = np.where(mask, span, 0.0)
+        offered = np.flatnonzero(span >= OPTION_FLOOR)
+        others = [int(c) for c in offered[np.argsort(-span[offered])] if c != label]
+        options.append(((alphabet[label - 1], float(span[label])),
+                        *((alphabet[c - 1], float(span[c])) for c in others)))
+    return tuple(options)
+
+
+def ctc_align(probs: np.ndarray, labels: Sequence[int]) -> list[int] | None:
+    """The first step of each label on the likeliest CTC path spelling ``labels``
+    (the standard forced alignment over blank-interleaved states); None if none fits."""
+    logp = np.log(np.maximum(probs, FLOOR))
+    states = [0]
+    for label in labels:
+        states += [label, 0]
+    states_a = np.array(states)
+    count, steps = len(states), probs.shape[0]
+    score = np.full(count, NEG)
+    score[0] = logp[0, 0]
+    if count > 1:
+        score[1] = logp[0, states[1]]
+    back = np.zeros((steps, count), np.int8)  # 0 stay, 1 from s-1, 2 from s-2
+    skip_ok = np.array([s >= 2 and states[s] != 0 and states[s] != states[s - 2]
+                        for s in range(count)])
+    for t in range(1, steps):
+        one = np.concatenate([[NEG], score[:-1]])
+        two = np.where(skip_ok, np.concatenate([[NEG, NEG], score[:-2]]), NEG)
+        moves = np.stack([score, one, two])
+        back[t] = np.argmax(moves, axis=0)
+        score = moves.max(axis=0) + logp[t, states_a]
+    end = count - 1 if count == 1 or score[-1] >= score[-2] else count - 2
+    if score[end] <= NEG / 2:
+        return None
+    starts = [0] * len(labels)
+    state = end
+    for t in range(steps - 1, -1, -1):
+        came = state - int(back[t, state]) if t else state
+        if state % 2 == 1 and (t == 0 or came != state):
+            starts[state // 2] = t
+        state = came
+    return starts

@@ -8,7 +8,12 @@ integer tallies; :func:`rates` turns summed tallies into the reported rates:
 - ``mrz_exact_rate``: documents whose MRZ lines, as reported, are the printed lines;
 - ``fields_exact_rate``: documents whose every MRZ field is exact;
 - ``field_accuracy``: exact fields over all fields of all documents;
-- ``valid_rate``: documents whose MRZ reported ``valid: true`` (every printed MRZ is valid).
+- ``valid_rate``: documents whose MRZ reported ``valid: true`` (every printed MRZ is
+  valid, except a tampered one's);
+- ``valid_but_wrong``: documents reported valid whose MRZ is not what is printed, or is
+  a tampered one (the failure that must never happen);
+- ``tampered_flagged``: tampered documents (a digit under a check digit altered on the
+  page) whose MRZ was reported not valid.
 
 Only counts leave this module: never texts, names or numbers.
 """
@@ -21,10 +26,15 @@ from typing import Any
 
 import numpy as np
 
-from kyc.document.synthetic import Degradation, random_identity, render_document
+from kyc.document.synthetic import (
+    Degradation,
+    alter_mrz_digit,
+    random_identity,
+    render_document,
+)
 
 TALLIES = ("documents", "mrz_found", "mrz_exact", "fields_exact", "fields_correct",
-           "fields_total", "valid")
+           "fields_total", "valid", "valid_but_wrong", "tampered", "tampered_flagged")
 
 
 @dataclass(frozen=True, eq=False)
@@ -35,21 +45,29 @@ class DocumentCase:
     kind: str  # td1 or td3
     mrz_lines: tuple[str, ...]
     fields: Mapping[str, Any]
+    tampered: bool = False  # the printed MRZ has a digit altered: it must read invalid
 
 
 def render_cases(count: int, portraits: Sequence[np.ndarray | None], seed: int = 7000,
-                 degradation: Degradation | None = None) -> list[DocumentCase]:
+                 degradation: Degradation | None = None, tampered: int = 0
+                 ) -> list[DocumentCase]:
     """``count`` documents from seeded random identities, TD3 and TD1 in turn, each
-    photographed with the default degradations (blur, noise, JPEG, rotation,
-    perspective, uneven light)."""
+    photographed with ``degradation`` (default: the default degradations: blur, noise,
+    JPEG, rotation, perspective, uneven light); the last ``tampered`` of them with one
+    digit under a check digit altered in the printed MRZ."""
     cases = []
     for i in range(count):
         rng = np.random.default_rng(seed + i)
         kind = "td1" if i % 2 else "td3"
         photo = portraits[i % len(portraits)] if portraits else None
-        doc = render_document(random_identity(rng), kind, photo, degradation or Degradation(),
-                              rng)
-        cases.append(DocumentCase(doc.jpeg_bytes(), doc.kind, doc.mrz_lines, dict(doc.fields)))
+        identity = random_identity(rng)
+        altered = None
+        if i >= count - tampered:
+            altered, _ = alter_mrz_digit(list(render_document(identity, kind).mrz_lines), rng)
+        doc = render_document(identity, kind, photo, degradation or Degradation(), rng,
+                              mrz_lines=altered)
+        cases.append(DocumentCase(doc.jpeg_bytes(), doc.kind, doc.mrz_lines, dict(doc.fields),
+                                  altered is not None))
     return cases
 
 
@@ -58,14 +76,19 @@ def score(document: Mapping[str, Any], case: DocumentCase) -> dict[str, int]:
     mrz = document.get("mrz")
     fields = document.get("fields") or {}
     correct = sum(fields.get(name) == value for name, value in case.fields.items())
+    exact = mrz is not None and tuple(mrz.get("lines", ())) == case.mrz_lines
+    valid = mrz is not None and mrz.get("valid") is True
     return {
         "documents": 1,
         "mrz_found": int(mrz is not None),
-        "mrz_exact": int(mrz is not None and tuple(mrz.get("lines", ())) == case.mrz_lines),
+        "mrz_exact": int(exact),
         "fields_exact": int(correct == len(case.fields)),
         "fields_correct": int(correct),
         "fields_total": len(case.fields),
-        "valid": int(mrz is not None and mrz.get("valid") is True),
+        "valid": int(valid),
+        "valid_but_wrong": int(valid and (case.tampered or not exact)),
+        "tampered": int(case.tampered),
+        "tampered_flagged": int(case.tampered and not valid),
     }
 
 

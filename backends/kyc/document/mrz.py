@@ -22,8 +22,9 @@ from collections.abc import Mapping, Sequence
 from datetime import date
 from typing import Any
 
+from kyc.document.ctc_length import LazyOptions, Options
 from kyc.document.mrz_correct import correct
-from kyc.document.mrz_find import MrzCandidate, find_mrz
+from kyc.document.mrz_find import MrzCandidate, find_mrz, normalise
 from kyc.document.mrz_formats import (
     CHECK_NAMES,
     DIGITS,
@@ -35,7 +36,13 @@ from kyc.document.mrz_formats import (
     evaluate_checks,
     number_layout,
 )
+from kyc.document.mrz_mend import mend
 from kyc.document.states import known_state
+from kyc.document.visual import squash
+
+# A line's characters as the recogniser offered them, or a function that works them out
+# (DocumentReader's lines: only a failing check asks); None where not known.
+OptionsGiven = Options | LazyOptions | None
 
 __all__ = ["FORMATS", "check_digit", "compose_mrz", "empty_document", "find_mrz", "parse_mrz",
            "read_mrz"]
@@ -53,17 +60,46 @@ def empty_document() -> dict[str, Any]:
     return {"mrz": None, "fields": dict.fromkeys(FIELD_NAMES), "expired": None}
 
 
-def parse_mrz(lines: Sequence[str], today: date | None = None) -> dict[str, Any]:
-    """DOCUMENT (see the contract) from the recognised lines of a document, MRZ or not."""
+def parse_mrz(lines: Sequence[str], today: date | None = None,
+              options: Sequence[OptionsGiven] | None = None,
+              visual: Sequence[str] = ()) -> dict[str, Any]:
+    """DOCUMENT (see the contract) from the recognised text lines of a document, MRZ or
+    not; ``options``, one per line where known, the recogniser's choices for each of its
+    characters, and ``visual``, the page's visual-zone lines, for mending the check
+    digits that fail (:mod:`kyc.document.mrz_mend`)."""
     candidate = find_mrz(lines)
-    return empty_document() if candidate is None else read_mrz(candidate, today)
+    if candidate is None:
+        return empty_document()
+    return read_mrz(candidate, today, _line_options(candidate, lines, options), visual)
 
 
-def read_mrz(candidate: MrzCandidate, today: date | None = None) -> dict[str, Any]:
-    """DOCUMENT from an MRZ found by find_mrz."""
+def _line_options(candidate: MrzCandidate, lines: Sequence[str],
+                  options: Sequence[OptionsGiven] | None) -> list[OptionsGiven]:
+    """The options of each MRZ line that is one input line as read (not joined, not
+    fitted to its length)."""
+    if options is None or len(candidate.indices) != len(candidate.lines):
+        return [None] * len(candidate.lines)
+    return [options[index] if normalise(lines[index]) == line else None
+            for index, line in zip(candidate.indices, candidate.lines, strict=True)]
+
+
+def read_mrz(candidate: MrzCandidate, today: date | None = None,
+             options: Sequence[OptionsGiven] = (), visual: Sequence[str] = ()
+             ) -> dict[str, Any]:
+    """DOCUMENT from an MRZ found by find_mrz; ``visual``: the page's other lines, which
+    must show a document number a mend changed."""
     today = today or date.today()
     fmt = candidate.format
     lines, corrections = correct(fmt, list(candidate.lines))
+    number = _fields(fmt, lines, today)["document_number"]
+    shown = squash(" ".join(visual))
+
+    def acceptable(trial: list[str]) -> bool:
+        fields = _fields(fmt, trial, today)
+        return _real_dates(fields) and (fields["document_number"] == number or bool(
+            shown and squash(fields["document_number"]) in shown))
+
+    lines, mended = mend(fmt, lines, options, acceptable)
     checks = evaluate_checks(fmt, lines)
     fields = _fields(fmt, lines, today)
     problems = [f"{name}_check_failed" for name in CHECK_NAMES if checks[name] is False]
@@ -78,13 +114,20 @@ def read_mrz(candidate: MrzCandidate, today: date | None = None) -> dict[str, An
             "lines": lines,
             "valid": not problems,
             "checks": checks,
-            # Extensions of the contract: why it is not valid, and how much OCR was undone.
+            # Extensions of the contract: why it is not valid, how much OCR was undone by
+            # field type, and how many characters the check digits chose among the
+            # recogniser's own second choices.
             "problems": problems,
             "corrections": corrections,
+            "mended": mended,
         },
         "fields": fields,
         "expired": None if expiry is None else date.fromisoformat(expiry) < today,
     }
+
+
+def _real_dates(fields: Mapping[str, Any]) -> bool:
+    return fields["birth_date"] is not None and fields["expiry_date"] is not None
 
 
 def _fields(fmt: MrzFormat, lines: list[str], today: date) -> dict[str, Any]:

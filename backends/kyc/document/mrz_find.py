@@ -230,11 +230,12 @@ def _line_score(reading: str, fmt: MrzFormat, index: int) -> tuple[int, int]:
 
 def _illegal(line: str, fmt: MrzFormat, index: int) -> int:
     """How many characters of line `index` cannot stand where they are."""
-    return sum(char not in allowed for char, allowed in zip(line, _legal(fmt)[index], strict=True))
+    legal = legal_characters(fmt)[index]
+    return sum(char not in allowed for char, allowed in zip(line, legal, strict=True))
 
 
 @functools.cache
-def _legal(fmt: MrzFormat) -> tuple[tuple[frozenset[str], ...], ...]:
+def legal_characters(fmt: MrzFormat) -> tuple[tuple[frozenset[str], ...], ...]:
     """What each position may hold, a little stricter than its kind: a document code starts
     with the format's letters, a state code or a name with a letter, and a check digit is a
     filler only where Doc 9303 allows it."""

@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from kyc.document.ctc_length import ctc_fixed_length
+from kyc.document.ctc_length import LazyOptions, ctc_fixed_length, lazy_options
 from kyc.document.db import DBSettings, text_boxes
 from kyc.document.lines import (
     REC_STRIDE,
@@ -109,6 +109,9 @@ class TextLine:
     confidence: float
     box: np.ndarray  # [4, 2] in input pixels
     mrz: bool = False  # read as an MRZ line: restricted to [A-Z0-9<]
+    # An MRZ line's characters as the recogniser offered them (kept in the step, never
+    # sent: the MRZ reader mends check-digit failures from them, kyc.document.mrz_mend).
+    options: LazyOptions | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict:
         return {"text": self.text, "confidence": round(self.confidence, 4),
@@ -157,7 +160,7 @@ class DocumentReader:
         started = time.perf_counter()
         found = [self._lines_found(canvas, prob) for canvas, prob, _ in pages]
         if self.settings.lines == "decision":
-            readings = self._read_for_decision(found)
+            readings, steps = self._read_for_decision(found)
         else:
             flat = [(page, i) for page, p in enumerate(found) for i in range(len(p.items))]
             texts, mrz = self._read_crops([found[page].items[i][0] for page, i in flat])
@@ -168,8 +171,11 @@ class DocumentReader:
         lines: list[list[TextLine]] = [[] for _ in pages]
         for (page, i), (text, confidence, is_mrz) in sorted(readings.items()):
             if self._kept(text, confidence):
+                options = (lazy_options(steps[page, i], self.alphabet, text, self.mrz_mask)
+                           if is_mrz and (page, i) in steps else None)
                 lines[page].append(TextLine(text, confidence,
-                                            found[page].items[i][1] / pages[page][2], is_mrz))
+                                            found[page].items[i][1] / pages[page][2], is_mrz,
+                                            options))
         log.debug("ocr: %d pages, %d of %d crops read, %d MRZ lines in %.1f ms", len(pages),
                   len(readings), sum(len(p.items) for p in found),
                   sum(r[2] for r in readings.values()), (time.perf_counter() - started) * 1e3)
@@ -240,8 +246,10 @@ class DocumentReader:
     def _kept(self, text: str, confidence: float) -> bool:
         return bool(text.strip()) and confidence >= self.settings.min_confidence
 
-    def _read_for_decision(self, found: list[_Page]) -> Readings:
-        """Read what ``kyc_decision`` uses, (page, line) -> (text, confidence, MRZ).
+    def _read_for_decision(self, found: list[_Page]
+                           ) -> tuple[Readings, dict[tuple[int, int], np.ndarray]]:
+        """Read what ``kyc_decision`` uses, (page, line) -> (text, confidence, MRZ), and
+        the MRZ lines' probabilities.
 
         First the MRZ-shaped lines of every page, exactly as :meth:`_read_crops` reads
         them, and the MRZ lines mended beside them (:meth:`_mend_mrz`), as a full
@@ -291,7 +299,7 @@ class DocumentReader:
                 pending[page] = pending[page][settings.visual_round:]
                 if not pending[page] or not wanted[page]:
                     del pending[page]
-        return readings
+        return readings, mrz_steps
 
     def _read_crops(self, crops: list[np.ndarray]
                     ) -> tuple[list[tuple[str, float]], dict[int, np.ndarray]]:
@@ -360,7 +368,9 @@ class DocumentReader:
 def document_report(lines: Sequence[TextLine]) -> dict:
     """The contract's DOCUMENT: the MRZ found among the lines read as MRZ lines, its
     checks and fields."""
-    return parse_mrz([line.text for line in lines if line.mrz])
+    mrz = [line for line in lines if line.mrz]
+    return parse_mrz([line.text for line in mrz], options=[line.options for line in mrz],
+                     visual=[line.text for line in lines if not line.mrz])
 
 
 def _by_fit(indices: list[int], shapes: Sequence[tuple[int, ...]], values: set[str]

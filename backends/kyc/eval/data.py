@@ -2,7 +2,8 @@
 
 - faces: ``DIR/<person>/<image>``: every image of one folder is one person;
 - documents: ``DIR/<name>.<jpg|png|...>`` with ``DIR/<name>.json``: ``{"mrz": [lines],
-  "fields": {name: value}}`` (``kind`` optional: td1, td2 or td3);
+  "fields": {name: value}}`` (``kind`` optional: td1, td2 or td3; ``"tampered": true``
+  where the printed MRZ was altered, which the reader must report not valid);
 - liveness: ``DIR/<sample>/`` with frames as image files in name order and
   ``label.json``: ``{"label": "bona_fide" | "attack", "attack": "<type>",
   "challenge": ["left", ...], "fps": 15}``, optionally ``"channel": "presentation" |
@@ -68,6 +69,7 @@ class DocumentSample:
     mrz_lines: tuple[str, ...]
     fields: dict[str, Any]
     kind: str
+    tampered: bool = False
 
 
 def read_documents(root: Path) -> list[DocumentSample]:
@@ -86,7 +88,7 @@ def read_documents(root: Path) -> list[DocumentSample]:
             raise EvalError(f"{label}: not {{\"mrz\": [lines], \"fields\": {{...}}}} "
                             f"({type(exc).__name__}: {exc})") from None
         kind = data.get("kind") or {3: "td1", 2: "td3"}.get(len(lines), "unknown")
-        samples.append(DocumentSample(path, lines, fields, kind))
+        samples.append(DocumentSample(path, lines, fields, kind, data.get("tampered") is True))
     if not samples:
         raise EvalError(f"{root}: no image with its .json label"
                         + (f" ({len(orphans)} images without one)" if orphans else ""))

@@ -57,7 +57,7 @@ def tally(samples: Sequence[DocumentSample], read: Sequence[tuple[dict, float] |
             continue
         document, took = outcome
         times.append(took)
-        case = DocumentCase(b"", sample.kind, sample.mrz_lines, sample.fields)
+        case = DocumentCase(b"", sample.kind, sample.mrz_lines, sample.fields, sample.tampered)
         totals.update(score(document, case))
         fields = document.get("fields") or {}
         for name, value in sample.fields.items():
@@ -76,6 +76,9 @@ def tally(samples: Sequence[DocumentSample], read: Sequence[tuple[dict, float] |
                                    for n in sorted(field_seen)},
         "check_digit_failures": dict(sorted(check_failures.items())),
         "documents_with_check_failures": failing_documents,
+        "valid_but_wrong": totals["valid_but_wrong"],
+        "tampered": totals["tampered"],
+        "tampered_flagged": totals["tampered_flagged"],
         "errors": errors,
         "seconds_per_document_p50": round(float(np.median(times)), 3) if times else None,
         "seconds_per_document_p95": (round(float(np.quantile(times, 0.95)), 3)

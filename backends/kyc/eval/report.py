@@ -256,6 +256,11 @@ def markdown(result: Mapping[str, Any], plots: list[Path], where: Path) -> str:
         rows = [[label] + [percent(v[key]) for v in versions.values()] for label, key in keys]
         rows.append(["documents with a check digit failing"]
                     + [v["documents_with_check_failures"] for v in versions.values()])
+        rows.append(["reported valid but wrong"]
+                    + [v.get("valid_but_wrong", 0) for v in versions.values()])
+        if any(v.get("tampered") for v in versions.values()):
+            rows.append(["tampered pages reported not valid"] + [
+                f"{v['tampered_flagged']} of {v['tampered']}" for v in versions.values()])
         rows.append(["s per document, p50 / p95"] + [
             f"{v['seconds_per_document_p50']} / {v['seconds_per_document_p95']}"
             for v in versions.values()])

@@ -6,7 +6,10 @@ formats (``kyc.eval.data``), to measure with and to copy the layout of.
   impostor pairs: enough to see a broken model, far too few to set a threshold.
 - documents: pages rendered by :mod:`kyc.document.synthetic` (random identities, the
   OCR-B font, photographed with blur, noise, JPEG, perspective and uneven light), the
-  portraits taken from those photos.
+  portraits taken from those photos; documents-harsh: as many again photographed as
+  harshly as the held-out set of issue 37 (:data:`kyc.document.synthetic.HARSH`: more
+  blur, skew and JPEG damage, glare, a dim room), a fifth of them tampered (a digit
+  under a check digit altered on the page: they must read not valid).
 - liveness: bona fide sessions cut from real video of people (two clips of registry
   packages) and sessions of every attack species, presentation and injection,
   rendered from the photos and stills of the clips (:mod:`kyc.eval.liveness_samples`).
@@ -29,6 +32,7 @@ from kyc.eval.liveness_samples import write_liveness
 
 log = logging.getLogger(__name__)
 
+HARSH_SEED = 50000  # not the seeds the reader was tuned on (issue 37: 37000-39000)
 PEOPLE = {"person_a": ("person_a_1", "person_a_2"), "person_b": ("person_b_1", "person_b_2"),
           "impostor_1": ("impostor_1",), "impostor_2": ("impostor_2",)}
 
@@ -46,18 +50,22 @@ def write_faces(photos: dict[str, Path], out: Path) -> int:
     return sum(len(r) for r in PEOPLE.values())
 
 
-def write_documents(photos: dict[str, Path], out: Path, count: int) -> int:
+def write_documents(photos: dict[str, Path], out: Path, count: int, *, harsh: bool = False
+                    ) -> int:
     from kyc.document.evaluation import render_cases
-    from kyc.document.synthetic import require_fonts
+    from kyc.document.synthetic import HARSH, require_fonts
 
     require_fonts()
     out.mkdir(parents=True, exist_ok=True)
     portraits = [_rgb(photos[role]) for roles in PEOPLE.values() for role in roles]
-    for k, case in enumerate(render_cases(count, portraits)):
+    cases = (render_cases(count, portraits, seed=HARSH_SEED, degradation=HARSH,
+                          tampered=count // 5) if harsh else render_cases(count, portraits))
+    for k, case in enumerate(cases):
+        label = {"kind": case.kind, "mrz": list(case.mrz_lines), "fields": dict(case.fields)}
+        if case.tampered:
+            label["tampered"] = True
         (out / f"doc_{k:03d}.jpg").write_bytes(case.image)
-        (out / f"doc_{k:03d}.json").write_text(json.dumps(
-            {"kind": case.kind, "mrz": list(case.mrz_lines), "fields": dict(case.fields)},
-            indent=1, default=str) + "\n")
+        (out / f"doc_{k:03d}.json").write_text(json.dumps(label, indent=1, default=str) + "\n")
     return count
 
 
@@ -71,6 +79,8 @@ def write_samples(out: Path, repository: Path, documents: int = 16,
     photos = fetch_test_photos()
     counts = {"faces": write_faces(photos, out / "faces"),
               "documents": write_documents(photos, out / "documents", documents),
+              "documents-harsh": write_documents(photos, out / "documents-harsh", documents,
+                                                 harsh=True),
               "liveness": write_liveness(out / "liveness", repository, **(liveness or {}))}
     log.info("samples: %s", counts)
     return counts
