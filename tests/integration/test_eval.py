@@ -120,12 +120,15 @@ def test_harsh_photos_read_exactly_and_tampered_pages_never_read_valid(
     result, _ = run_eval(capsys, "documents", str(samples / "documents-harsh"),
                          "--repository", str(repository(tmp_path)),
                          "--json", str(tmp_path / "harsh.json"),
-                         "--report", str(tmp_path / "harsh.md"))
-    one = result["versions"]["1"]
+                         "--report", str(tmp_path / "harsh.md"), "--peer", "rapidocr")
+    one, peer = result["versions"]["1"], result["peers"]["rapidocr"]
     assert result["documents"] == 8 and one["tampered"] == 1
     assert one["mrz_read_rate"] == 1.0 and one["mrz_exact_rate"] >= 0.875
     assert one["valid_but_wrong"] == 0 and one["tampered_flagged"] == one["tampered"]
-    assert "| tampered pages reported not valid | 1 of 1 |" in (tmp_path / "harsh.md").read_text()
+    assert peer["documents"] == 8 and peer["errors"] == []  # measured beside, not judged
+    report = (tmp_path / "harsh.md").read_text()
+    assert "| tampered pages reported not valid | 1 of 1 |" in report
+    assert "| ocr_rec v1 | rapidocr (peer) |" in report
 
 
 def test_liveness_measures_apcer_per_attack_species_and_bpcer_on_real_video(

@@ -60,6 +60,8 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> None:
     documents.add_argument("data", type=Path, help="DIR/<name>.jpg with DIR/<name>.json")
     documents.add_argument("--model", choices=("ocr_rec", "ocr_det"), default="ocr_rec",
                            help="the OCR model whose versions are compared")
+    documents.add_argument("--peer", action="append", choices=("rapidocr",), default=[],
+                           help="also read the pages with this open peer, in process")
     common(documents, "the --model")
 
     liveness = kinds.add_parser("liveness", help="presentation attacks: APCER, BPCER")
@@ -87,7 +89,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if args.eval_kind == "faces":
             result = faces.run(args.data, args.repository, args.versions, args.fmr)
         elif args.eval_kind == "documents":
-            result = documents.run(args.data, args.repository, args.model, args.versions)
+            result = documents.run(args.data, args.repository, args.model, args.versions,
+                                   args.peer)
         elif args.eval_kind == "liveness":
             result = liveness.run(args.data, args.repository, args.versions)
         else:

@@ -1,5 +1,7 @@
 """``kyc eval documents``: what the served document path read against what is printed,
-per version of one of its models (``ocr_rec`` by default, or ``ocr_det``).
+per version of one of its models (``ocr_rec`` by default, or ``ocr_det``), and beside them
+the open peers asked for (``--peer rapidocr``: RapidOCR in process, its lines read by the
+same ``parse_mrz``, without the recogniser's probabilities it has no mending).
 
 Each document goes through ``document_ocr`` (the ensemble the customer's request takes)
 one at a time, so the time per document is the latency one customer sees on an idle
@@ -87,8 +89,8 @@ def tally(samples: Sequence[DocumentSample], read: Sequence[tuple[dict, float] |
 
 
 def run(root: Path, repository: Path, model: str = "ocr_rec",
-        versions: Sequence[int] | None = None) -> dict[str, Any]:
-    """The figures of ``kyc eval documents`` per version of ``model``."""
+        versions: Sequence[int] | None = None, peers: Sequence[str] = ()) -> dict[str, Any]:
+    """The figures of ``kyc eval documents`` per version of ``model``, and per peer."""
     if model not in VERSIONED:
         raise ValueError(f"--model is one of {', '.join(VERSIONED)}")
     samples = read_documents(root)
@@ -107,8 +109,37 @@ def run(root: Path, repository: Path, model: str = "ocr_rec",
         log.info("documents: %s version %d: MRZ exact %s, fields %s, %s s per document",
                  model, version, metrics.percent(figures["mrz_exact_rate"]),
                  metrics.percent(figures["field_accuracy"]), figures["seconds_per_document_p50"])
+    result["peers"] = {peer: tally(samples, read_with_peer(peer, samples)) for peer in peers}
     result["recommendation"] = recommend(result)
     return result
+
+
+PEERS = {"rapidocr": "rapidocr-onnxruntime"}
+
+
+def read_with_peer(peer: str, samples: Sequence[DocumentSample]
+                   ) -> list[tuple[dict, float] | Exception]:
+    """DOCUMENT of each sample as ``peer`` reads it (in process, one page at a time)."""
+    from datetime import date
+
+    from kyc.document.mrz import parse_mrz
+
+    if peer not in PEERS:
+        raise ValueError(f"--peer is one of {', '.join(PEERS)}")
+    try:
+        from rapidocr_onnxruntime import RapidOCR
+    except ImportError:
+        raise ValueError(f"{PEERS[peer]} is not installed: `make bench-tools` installs it") \
+            from None
+    engine, today = RapidOCR(), date.today()
+
+    def read(sample: DocumentSample) -> tuple[dict, float]:
+        started = time.perf_counter()
+        found, _ = engine(sample.path.read_bytes())
+        document = parse_mrz([text for _, text, _ in found or []], today)
+        return document, time.perf_counter() - started
+
+    return each(read, samples, f"documents {peer}", in_flight=1)
 
 
 def recommend(result: dict[str, Any]) -> str:

@@ -250,6 +250,8 @@ def markdown(result: Mapping[str, Any], plots: list[Path], where: Path) -> str:
                                            for p in bad[what]))
         out.append("")
     elif kind == "documents":
+        versions = {**{f"{result['model']} v{v}": f for v, f in versions.items()},
+                    **{f"{p} (peer)": f for p, f in result.get("peers", {}).items()}}
         keys = [("MRZ read", "mrz_read_rate"), ("MRZ lines exact", "mrz_exact_rate"),
                 ("every field exact", "fields_exact_rate"), ("fields exact", "field_accuracy"),
                 ("MRZ valid", "valid_rate")]
@@ -271,7 +273,7 @@ def markdown(result: Mapping[str, Any], plots: list[Path], where: Path) -> str:
         kinds = ", ".join(f"{k} {n}" for k, n in result["kinds"].items())
         out += [f"{result['documents']} documents ({kinds}), each through `document_ocr` "
                 "alone (an idle server).", ""]
-        out += [*_table(["", *[f"{result['model']} v{v}" for v in versions]], rows), ""]
+        out += [*_table(["", *versions], rows), ""]
     elif kind == "liveness":
         out += _liveness_lines(result, versions, names)
     elif kind == "antifraud":
