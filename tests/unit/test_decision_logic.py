@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 from datetime import date
@@ -200,3 +201,16 @@ def test_ocr_fields_reads_only_a_canvas_ocr_preprocess_attested_and_attests_what
                                   ) == digest(IMAGES["DOC_"])
     unattested, = step.run([Request(page)])  # document_ocr: read, never attested
     assert unattested["ATTESTATION"][0, 0] == b""
+
+
+def test_a_bad_tensor_from_an_earlier_step_is_an_internal_error_and_a_bad_parameter_the_clients():
+    """A DOCUMENT that is not JSON can only come from a step's bug (the chain of custody
+    holds): it answers as an internal error, so that its text never reaches the client;
+    a bad kyc_application is the client's, and says so."""
+    broken = request(DOCUMENT=np.array([[b"{not json"]], dtype=np.object_))
+    bad_parameter = dataclasses.replace(request(), parameters={"kyc_application": "\x00"})
+    internal, client, fine = step(lambda f: np.full((len(f), 1), 0.1, np.float32)).run(
+        [broken, bad_parameter, request()])
+    assert isinstance(internal, Exception) and not isinstance(internal, RequestError)
+    assert isinstance(client, RequestError) and "kyc_application" in str(client)
+    assert fine["DECISION"][0, 0] == b"review"

@@ -78,6 +78,14 @@ def check_antifraud_features(repository: Repository, model: str) -> None:
             f"{FEATURES_VERSION}: retrain it (kyc models antifraud train)")
 
 
+def _application(request: Request) -> str | None:
+    """The client's ``kyc_application`` parameter; a bad one is the client's error."""
+    try:
+        return application_ref(request.parameters)
+    except ValueError as exc:
+        raise RequestError(str(exc)) from None
+
+
 def _holder(application: str | None, seal: SealClaims) -> str:
     """Who spends a token (kyc.decision.ledger): a digest of the application and the
     images, the same for a retry of one verification, nothing of the customer in it."""
@@ -168,16 +176,16 @@ class DecisionStep:
                 prepared.append(check)
                 continue
             try:
-                application = application_ref(request.parameters)
+                application = _application(request)
                 prepared.append({**self._prepare(request.inputs, next(embeddings), today,
                                                  application, _holder(application, check)),
                                  "seal": check})
             except LedgerUnavailableError as exc:
                 prepared.append(UnavailableError(f"kyc_decision: {exc}: retry"))
-            except (RequestError, ValueError, KeyError) as exc:
+            except RequestError as exc:  # the client's: its message is for the client
                 prepared.append(RequestError(f"kyc_decision: {exc}"))
-            except Exception as exc:  # this request only (reported by its type)
-                prepared.append(exc)
+            except Exception as exc:  # a bug or an upstream step's bad tensor: this
+                prepared.append(exc)  # request only, reported by its type, never its text
         rows = [p for p in prepared if not isinstance(p, Exception)]
         scores = self._fraud_scores([p["features"] for p in rows], self.score)
         self._models = self._model_versions()
