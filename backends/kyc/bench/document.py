@@ -124,14 +124,14 @@ class RapidOcrPeer:
         self.today = date.today()
 
     def __call__(self, cases: Sequence[DocumentCase]) -> list[Outcome]:
+        return [score(self.read(case.image), case) for case in cases]
+
+    def read(self, image: bytes) -> dict[str, Any]:
+        """DOCUMENT of one encoded page: RapidOCR's lines through kyc's parse_mrz."""
         from kyc.document.mrz import parse_mrz
 
-        outcomes: list[Outcome] = []
-        for case in cases:
-            result, _ = self.engine(case.image)
-            texts = [text for _, text, _ in result or []]
-            outcomes.append(score(parse_mrz(texts, self.today), case))
-        return outcomes
+        result, _ = self.engine(image)
+        return parse_mrz([text for _, text, _ in result or []], self.today)
 
     def settings(self) -> dict[str, Any]:
         from importlib.metadata import version

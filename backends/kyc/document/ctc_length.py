@@ -63,18 +63,19 @@ def ctc_fixed_length(probs: np.ndarray, alphabet: Sequence[str], length: int,
 def _step(blank: np.ndarray, char: np.ndarray, blank_lp: float, char_lp: np.ndarray,
           blank_from: np.ndarray, char_from: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """One time step of the search, writing the back pointers in place."""
-    best_c = np.argmax(char, axis=1)  # [n]
-    best = char[np.arange(len(char)), best_c]
+    rows = np.arange(len(char))
+    order = np.argsort(char, axis=1, kind="stable")  # each row's classes, best last
+    best_c = order[:, -1]
+    best = char[rows, best_c]
     new_blank = np.maximum(blank, best) + blank_lp
     blank_from[:] = np.where(blank >= best, -1, best_c)
     # The best previous state of another class, for each (k - 1, c): the row's best, or
     # its second best where the best is c itself.
-    second = np.partition(char, -2, axis=1)[:, -2] if char.shape[1] > 1 \
-        else np.full(len(char), NEG)
-    other = np.where(np.arange(char.shape[1])[None, :] == best_c[:, None],
-                     second[:, None], best[:, None])  # [n, K]
-    other_from = np.where(np.arange(char.shape[1])[None, :] == best_c[:, None],
-                          _second_index(char, best_c)[:, None], best_c[:, None])
+    second_c = order[:, -2] if char.shape[1] > 1 else best_c
+    second = char[rows, second_c] if char.shape[1] > 1 else np.full(len(char), NEG)
+    is_best = np.arange(char.shape[1])[None, :] == best_c[:, None]
+    other = np.where(is_best, second[:, None], best[:, None])  # [n, K]
+    other_from = np.where(is_best, second_c[:, None], best_c[:, None])
     new_char = np.full_like(char, NEG)
     from_blank, from_other = blank[:-1, None], other[:-1]
     enter = np.maximum(from_blank, from_other)
@@ -84,12 +85,6 @@ def _step(blank: np.ndarray, char: np.ndarray, blank_lp: float, char_lp: np.ndar
     char_from[1:] = np.where(stay >= enter, -2,
                              np.where(from_blank >= from_other, -1, other_from[:-1]))
     return new_blank, new_char
-
-
-def _second_index(char: np.ndarray, best_c: np.ndarray) -> np.ndarray:
-    masked = char.copy()
-    masked[np.arange(len(char)), best_c] = -np.inf
-    return np.argmax(masked, axis=1)
 
 
 def _backtrack(blank_from: np.ndarray, char_from: np.ndarray, length: int,

@@ -29,6 +29,7 @@ import numpy as np
 from kyc.document.synthetic import (
     Degradation,
     alter_mrz_digit,
+    printed_mrz,
     random_identity,
     render_document,
 )
@@ -63,7 +64,7 @@ def render_cases(count: int, portraits: Sequence[np.ndarray | None], seed: int =
         identity = random_identity(rng)
         altered = None
         if i >= count - tampered:
-            altered, _ = alter_mrz_digit(list(render_document(identity, kind).mrz_lines), rng)
+            altered, _ = alter_mrz_digit(printed_mrz(identity, kind), rng)
         doc = render_document(identity, kind, photo, degradation or Degradation(), rng,
                               mrz_lines=altered)
         cases.append(DocumentCase(doc.jpeg_bytes(), doc.kind, doc.mrz_lines, dict(doc.fields),

@@ -18,7 +18,7 @@ Nothing here logs: the fields are personal data.
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import date
 from typing import Any
 
@@ -91,16 +91,10 @@ def read_mrz(candidate: MrzCandidate, today: date | None = None,
     today = today or date.today()
     fmt = candidate.format
     lines, corrections = correct(fmt, list(candidate.lines))
-    number = _fields(fmt, lines, today)["document_number"]
-    shown = squash(" ".join(visual))
-
-    def acceptable(trial: list[str]) -> bool:
-        fields = _fields(fmt, trial, today)
-        return _real_dates(fields) and (fields["document_number"] == number or bool(
-            shown and squash(fields["document_number"]) in shown))
-
-    lines, mended = mend(fmt, lines, options, acceptable)
-    checks = evaluate_checks(fmt, lines)
+    checks, mended = evaluate_checks(fmt, lines), 0
+    if any(ok is False for ok in checks.values()):  # only then: the mend's search
+        lines, mended = mend(fmt, lines, options, _acceptable(fmt, lines, today, visual))
+        checks = evaluate_checks(fmt, lines)
     fields = _fields(fmt, lines, today)
     problems = [f"{name}_check_failed" for name in CHECK_NAMES if checks[name] is False]
     problems += [f"{name}_invalid" for name in ("birth_date", "expiry_date")
@@ -126,8 +120,20 @@ def read_mrz(candidate: MrzCandidate, today: date | None = None,
     }
 
 
-def _real_dates(fields: Mapping[str, Any]) -> bool:
-    return fields["birth_date"] is not None and fields["expiry_date"] is not None
+def _acceptable(fmt: MrzFormat, lines: list[str], today: date, visual: Sequence[str]
+                ) -> Callable[[list[str]], bool]:
+    """Whether a mended reading of ``lines`` may be taken: its dates are real, and a
+    document number it changed is the one the visual zone shows."""
+    number = _fields(fmt, lines, today)["document_number"]
+    shown = squash(" ".join(visual))
+
+    def acceptable(trial: list[str]) -> bool:
+        fields = _fields(fmt, trial, today)
+        real = fields["birth_date"] is not None and fields["expiry_date"] is not None
+        return real and (fields["document_number"] == number or bool(
+            shown and squash(fields["document_number"]) in shown))
+
+    return acceptable
 
 
 def _fields(fmt: MrzFormat, lines: list[str], today: date) -> dict[str, Any]:

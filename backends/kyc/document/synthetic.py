@@ -221,6 +221,11 @@ LAYOUTS: dict[str, Layout] = {
 }
 
 
+def printed_mrz(identity: Identity, kind: DocumentKind) -> list[str]:
+    """The MRZ lines a genuine document of ``identity`` prints."""
+    return compose_mrz(MRZ_FORMAT[kind], identity.mrz_fields())
+
+
 def render_document(identity: Identity, kind: DocumentKind = "td1",
                     photo: np.ndarray | None = None, degrade: Degradation | None = None,
                     rng: np.random.Generator | None = None, *,
@@ -232,8 +237,7 @@ def render_document(identity: Identity, kind: DocumentKind = "td1",
     require_fonts()
     rng = rng if rng is not None else np.random.default_rng(0)
     layout = LAYOUTS[kind]
-    lines = list(mrz_lines) if mrz_lines is not None else compose_mrz(
-        MRZ_FORMAT[kind], identity.mrz_fields())
+    lines = list(mrz_lines) if mrz_lines is not None else printed_mrz(identity, kind)
     canvas = _background(layout, rng)
     draw = ImageDraw.Draw(canvas)
     _draw_header(draw, layout, identity)

@@ -109,7 +109,8 @@ def run(root: Path, repository: Path, model: str = "ocr_rec",
         log.info("documents: %s version %d: MRZ exact %s, fields %s, %s s per document",
                  model, version, metrics.percent(figures["mrz_exact_rate"]),
                  metrics.percent(figures["field_accuracy"]), figures["seconds_per_document_p50"])
-    result["peers"] = {peer: tally(samples, read_with_peer(peer, samples)) for peer in peers}
+    result["peers"] = {peer: tally(samples, read_with_peer(peer, samples, repository))
+                       for peer in peers}
     result["recommendation"] = recommend(result)
     return result
 
@@ -117,26 +118,23 @@ def run(root: Path, repository: Path, model: str = "ocr_rec",
 PEERS = {"rapidocr": "rapidocr-onnxruntime"}
 
 
-def read_with_peer(peer: str, samples: Sequence[DocumentSample]
+def read_with_peer(peer: str, samples: Sequence[DocumentSample], repository: Path
                    ) -> list[tuple[dict, float] | Exception]:
-    """DOCUMENT of each sample as ``peer`` reads it (in process, one page at a time)."""
-    from datetime import date
-
-    from kyc.document.mrz import parse_mrz
+    """DOCUMENT of each sample as ``peer`` reads it (in process, one page at a time: the
+    bench's peer, :class:`kyc.bench.document.RapidOcrPeer`)."""
+    from kyc.bench.core import PeerUnavailableError
+    from kyc.bench.document import RapidOcrPeer
 
     if peer not in PEERS:
         raise ValueError(f"--peer is one of {', '.join(PEERS)}")
     try:
-        from rapidocr_onnxruntime import RapidOCR
-    except ImportError:
-        raise ValueError(f"{PEERS[peer]} is not installed: `make bench-tools` installs it") \
-            from None
-    engine, today = RapidOCR(), date.today()
+        engine = RapidOcrPeer(repository)
+    except PeerUnavailableError as exc:
+        raise ValueError(str(exc)) from None
 
     def read(sample: DocumentSample) -> tuple[dict, float]:
         started = time.perf_counter()
-        found, _ = engine(sample.path.read_bytes())
-        document = parse_mrz([text for _, text, _ in found or []], today)
+        document = engine.read(sample.path.read_bytes())
         return document, time.perf_counter() - started
 
     return each(read, samples, f"documents {peer}", in_flight=1)
