@@ -30,6 +30,7 @@ RUN bash scripts/system-deps.sh \
 # Then the project: the model files, checked, and the package into /opt/kyc.
 COPY README.md ./
 COPY backends/ backends/
+COPY tools/ tools/
 COPY export/ export/
 COPY model_repository/ model_repository/
 RUN make setup \

@@ -6,7 +6,7 @@
 #                 build.lock and triton.lock for CPython X.Y on manylinux x86_64, with
 #                 their sha256 checked by pip (--require-hashes); the build installs
 #                 them with --no-index, and --require-hashes again
-#   DIR/weights/  the pinned model archives, sha256 from backends/kyc/assets/manifest.json
+#   DIR/weights/  the pinned model archives, sha256 from tools/kyc_tools/assets/manifest.json
 #                 (kyc models fetch --download-only); the build converts them
 #   DIR/debs/     the Debian packages `make setup` needs that a Triton base lacks
 #                 (system-deps.sh --image-debs), by apt-get download, which checks each

@@ -19,9 +19,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 from onnx import TensorProto, helper
 
-from kyc.client import DEFAULT_RETRY
-from kyc.liveness.client import MOVE_TRIES, LivenessReply, frame_input
-from kyc.runtime.server import (
+from kyc_tools.client import DEFAULT_RETRY
+from kyc_tools.liveness_client import MOVE_TRIES, LivenessReply, frame_input
+from kyc_tools.runtime.server import (
     ServerError,
     ServerOptions,
     TritonServer,
@@ -103,7 +103,7 @@ ensemble_scheduling {
 """
 
 
-# What a dropped model folder must not hold (kyc.repo.safe_copy), each put into a folder.
+# What a dropped model folder must not hold (kyc_tools.repo.safe_copy), each put into a folder.
 UNSAFE_ENTRIES: dict[str, Callable[[Path], None]] = {
     "symlink to /etc": lambda folder: (folder / "etc").symlink_to("/etc"),
     "fifo": lambda folder: os.mkfifo(folder / "pipe"),
@@ -242,7 +242,7 @@ def concurrently(url: str, model: str, inputs: list[list[grpcclient.InferInput]]
 
 def shed(result) -> bool:
     """Refused by admission control (UNAVAILABLE, "at capacity"): a client sends it
-    again after a backoff (the SDK does, kyc.client)."""
+    again after a backoff (the SDK does, kyc_tools.client)."""
     return (isinstance(result, Exception) and "UNAVAILABLE" in str(result.status())
             and "at capacity" in result.message())
 
@@ -296,8 +296,8 @@ def ensemble_customers(seed: int) -> list[tuple[bytes, bytes]]:
     import numpy as np
     from PIL import Image
 
-    from kyc.assets.fetch import fetch_test_photos
-    from kyc.document.synthetic import Degradation, random_identity, render_document
+    from kyc_tools.assets.fetch import fetch_test_photos
+    from kyc_tools.synthetic.document import Degradation, random_identity, render_document
 
     photos = fetch_test_photos()
     rng = np.random.default_rng(seed)
@@ -343,16 +343,16 @@ def metric_sum(text: str, name: str, **labels: str) -> float:
 class Person:
     """A real test photo's face (``role`` of the manifest's test photos), making the
     moves a liveness session asks for as 3-D head turns rendered on the canonical face
-    mesh (kyc.liveness.synthetic: frames made by software, not video of a person; the
+    mesh (kyc_tools.synthetic.liveness: frames made by software, not video of a person; the
     relief check passes them, as it passes any render of a face's relief)."""
 
     def __init__(self, grpc_url: str, role: str = "person_a_2") -> None:
         import numpy as np
         from PIL import Image
 
-        from kyc.assets.fetch import fetch_test_photos
-        from kyc.client import KycClient
-        from kyc.liveness.synthetic import HeadModel
+        from kyc_tools.assets.fetch import fetch_test_photos
+        from kyc_tools.client import KycClient
+        from kyc_tools.synthetic.liveness import HeadModel
 
         self.path = fetch_test_photos()[role]
         self.image = np.asarray(Image.open(self.path).convert("RGB"))
@@ -363,32 +363,32 @@ class Person:
         self.head = HeadModel(self.image, self.landmarks)
 
     def performer(self):
-        """A fresh :class:`kyc.liveness.synthetic.Performer` (its own frame count)."""
-        from kyc.liveness.synthetic import Performer
+        """A fresh :class:`kyc_tools.synthetic.liveness.Performer` (its own frame count)."""
+        from kyc_tools.synthetic.liveness import Performer
 
         return Performer(self.head)
 
     def film(self, moves) -> list[bytes]:
         """The frames of ``moves`` one after the other, as a recording of them."""
-        from kyc.liveness.synthetic import turn_sequence
+        from kyc_tools.synthetic.liveness import turn_sequence
 
         return turn_sequence(self.head, moves)
 
 
 def live_session(grpc_url: str, person: Person, **options) -> list:
     """A liveness session of ``person`` doing what the server asks, move by move (the
-    replies, START's first; see kyc.liveness.client.perform_session)."""
-    from kyc.liveness.client import perform_session
+    replies, START's first; see kyc_tools.liveness_client.perform_session)."""
+    from kyc_tools.liveness_client import perform_session
 
     return perform_session(grpc_url, person.performer(), **options)
 
 
 def perform_on(capture, perform, fps: float = 15.0) -> list:
-    """Stream a person through an open :class:`kyc.liveness.client.LivenessCapture`
+    """Stream a person through an open :class:`kyc_tools.liveness_client.LivenessCapture`
     (START already answered) at a camera's pace: ``perform(None)``, then each move still
     to make as told, waiting for the server's word after each, then ``perform(None)``
     again; END is left to the caller. The replies so far, in order."""
-    from kyc.liveness.client import FramePacer
+    from kyc_tools.liveness_client import FramePacer
 
     pacer, sent, replies = FramePacer(fps), [0], []
 
@@ -447,8 +447,8 @@ def play_moves(send, perform, first: str | None, done: int = 0) -> list:
 
 def models_for(model: str, repository: Path = SHIPPED_REPOSITORY) -> tuple[str, ...]:
     """``model`` and every model it calls or reads the settings of, however deep (the
-    repository's graph, kyc.repo.graph): what a copy must hold for it to load."""
-    from kyc.repo.graph import build_graph
+    repository's graph, kyc_tools.repo.graph): what a copy must hold for it to load."""
+    from kyc_tools.repo.graph import build_graph
 
     calls = build_graph(repository).calls
     needed, todo = {model}, [model]

@@ -11,7 +11,7 @@ each model's measured queue time against its cap.
 Overload: a dynamically batched model can shed instead of queueing without bound,
 with ``dynamic_batching.default_queue_policy { timeout_action: REJECT ... }``. One
 rule gives its timeout (:func:`queue_timeout_us`, rendered by
-:func:`with_queue_policy`):
+:func:`kyc_tools.repo.queues.with_queue_policy`):
 
     queue timeout = QUEUE_SHARE x step budget / number of the step's batched models
 
@@ -37,8 +37,6 @@ batcher (``liveness_sequence``) has no queue policy in Triton 2.51.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
 
 SLA_MS = 8000.0
 BUDGETS_MS: Mapping[str, float] = {
@@ -99,72 +97,6 @@ def queue_timeout_us(model: str) -> int | None:
         return None
     batched = [m for m, s in STEP_OF.items() if s == step and m not in SEQUENCE_MODELS]
     return int(BUDGETS_MS[step] * QUEUE_SHARE * 1000.0 / len(batched))
-
-
-@dataclass(frozen=True)
-class QueuePolicy:
-    """A model's ``dynamic_batching.default_queue_policy`` as configured."""
-
-    timeout_action: str  # "REJECT" or "DELAY"
-    timeout_us: int  # 0: no timeout
-    max_queue_size: int  # 0: unbounded
-    allow_timeout_override: bool
-
-
-def configured_queue_policy(repository: Path, model: str) -> QueuePolicy | None:
-    """The model's default queue policy (None: no dynamic batcher or no policy)."""
-    from kyc.repo.config import load_config
-
-    config = load_config(repository / model / "config.pbtxt")
-    if not (config.HasField("dynamic_batching")
-            and config.dynamic_batching.HasField("default_queue_policy")):
-        return None
-    policy = config.dynamic_batching.default_queue_policy
-    action = type(policy).TimeoutAction.Name(policy.timeout_action)
-    return QueuePolicy(action, int(policy.default_timeout_microseconds),
-                       int(policy.max_queue_size), bool(policy.allow_timeout_override))
-
-
-MAX_QUEUE_SIZE = 64  # hard bound besides the timeout: 8 full batches
-
-
-def with_queue_policy(config_text: str, model: str) -> str:
-    """``config_text`` with the rule's queue policy in its ``dynamic_batching`` block
-    (``ValueError`` if it has none or already has a policy). Edited through the
-    ``ModelConfig`` schema, comments kept (:mod:`kyc.repo.config_edit`)."""
-    from kyc.repo.config_edit import edit_config
-
-    def change(config) -> None:
-        if not config.HasField("dynamic_batching"):
-            raise ValueError(f"{model}: no dynamic_batching block")
-        if config.dynamic_batching.HasField("default_queue_policy"):
-            raise ValueError(f"{model}: already has a default_queue_policy")
-        timeout = queue_timeout_us(model)
-        if timeout is None:
-            raise ValueError(f"{model}: no dynamically batched step, no queue policy")
-        policy = config.dynamic_batching.default_queue_policy
-        policy.timeout_action = policy.REJECT
-        policy.default_timeout_microseconds = timeout
-        policy.allow_timeout_override = False
-        policy.max_queue_size = MAX_QUEUE_SIZE
-
-    # REJECT and false are proto3 defaults, which the text format leaves out: written
-    # anyway, so that the file says what it does
-    explicit = [f"dynamic_batching.default_queue_policy.{name}"
-                for name in ("timeout_action", "allow_timeout_override")]
-    return edit_config(config_text, change, explicit=explicit)
-
-
-def configured_queue_delay_us(repository: Path, model: str) -> int | None:
-    """``max_queue_delay_microseconds`` of the model's dynamic or sequence batcher."""
-    from kyc.repo.config import load_config
-
-    config = load_config(repository / model / "config.pbtxt")
-    if config.HasField("dynamic_batching"):
-        return int(config.dynamic_batching.max_queue_delay_microseconds)
-    if config.HasField("sequence_batching") and config.sequence_batching.HasField("oldest"):
-        return int(config.sequence_batching.oldest.max_queue_delay_microseconds)
-    return None
 
 
 def queue_against_budget(model_stats: Mapping[str, Mapping[str, float]]) -> dict[str, dict]:

@@ -380,7 +380,7 @@ class OnnxStep:
         settings = OnnxModelSettings.from_config(
             config, context.own_dir, context.version, instance_count(config))
         if settings.cpu_nice and context.in_server:
-            from kyc.runtime.priority import lower_cpu_priority
+            from kyc.priority import lower_cpu_priority
 
             # Before the session: its thread pool inherits the niceness.
             lower_cpu_priority(settings.cpu_nice)

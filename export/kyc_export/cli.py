@@ -16,10 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
-from kyc.assets.errors import AssetError
-from kyc.assets.fetch import CACHE_ENV
-from kyc.assets.manifest import Artifact, load_manifest
-from kyc.repo.config_edit import ConfigEditError
+from kyc_tools.assets.errors import AssetError
+from kyc_tools.assets.fetch import CACHE_ENV
+from kyc_tools.assets.manifest import Artifact, load_manifest
+from kyc_tools.repo.config_edit import ConfigEditError
 
 from .errors import KycExportError
 from .pipeline import download_archives, fetch_models
@@ -288,7 +288,7 @@ def _error(command: str, message: object) -> int:
 
 
 def _publish_error(command: str, exc: Exception) -> int:
-    """1, after the problems a :class:`kyc.repo.publish.PublishError` found and its line."""
+    """1, after the problems a :class:`kyc_tools.repo.publish.PublishError` found and its line."""
     for problem in exc.problems:
         print(problem, file=sys.stderr)
     return _error(command, exc)
@@ -316,7 +316,7 @@ def _fetch(args: argparse.Namespace) -> int:
 
 
 def _arcface(args: argparse.Namespace) -> int:
-    from kyc.repo.publish import PublishError
+    from kyc_tools.repo.publish import PublishError
 
     command = f"kyc models arcface {args.arcface_action}"
     try:
@@ -362,8 +362,8 @@ def _arcface_export(args: argparse.Namespace, arcface: ModuleType) -> int:
 
 
 def _antifraud(args: argparse.Namespace) -> int:
-    from kyc.assets.files import replace_file
-    from kyc.repo.publish import publish
+    from kyc_tools.assets.files import replace_file
+    from kyc_tools.repo.publish import publish
 
     from . import antifraud
 
@@ -411,7 +411,7 @@ def _antifraud(args: argparse.Namespace) -> int:
 
 
 def _antispoof(args: argparse.Namespace) -> int:
-    from kyc.repo.publish import PublishError
+    from kyc_tools.repo.publish import PublishError
 
     from . import antispoof
 
@@ -440,7 +440,7 @@ def _antispoof(args: argparse.Namespace) -> int:
     scale = scale or exported.scale
     summary = f"{arch}: torch vs onnxruntime {_parity(exported.parity)}"
     if args.antispoof_action == "export":
-        from kyc.assets.files import replace_file
+        from kyc_tools.assets.files import replace_file
 
         replace_file(args.out, exported.model.SerializeToString())
         print(summary)

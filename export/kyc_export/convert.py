@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, version_converter
 
-from kyc.assets.manifest import ModelSpec
+from kyc_tools.assets.manifest import ModelSpec
 
 from . import __version__
 from .dequant import fold_constant_dequantize

@@ -1,6 +1,6 @@
 """Exceptions raised by kyc_export; every message names the model concerned.
 
-Fetching raises :mod:`kyc.assets.errors` (a bad manifest entry, a failed download, a
+Fetching raises :mod:`kyc_tools.assets.errors` (a bad manifest entry, a failed download, a
 wrong sha256); ``kyc models`` reports those the same way.
 """
 

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from kyc.assets.fetch import fetch_test_data
 from kyc.face.landmarks import MESH_FILE
 from kyc.face.mesh import load_face_mesh
 from kyc.liveness.relief import DEPTH_FILE, depth_template
+from kyc_tools.assets.fetch import fetch_test_data
 
 from .errors import ValidationError
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import onnx
 
-from kyc.assets.fetch import sha256_file
-from kyc.assets.files import fsync_dir, write_synced
+from kyc_tools.assets.fetch import sha256_file
+from kyc_tools.assets.files import fsync_dir, write_synced
 
 from .errors import InstallError
 

@@ -637,7 +637,7 @@ def export(
     The crop scale comes from the checkpoint's name (None for a random network) and
     is recorded in the model's metadata (``kyc.crop_scale``) with the source.
     """
-    from kyc.assets.fetch import sha256_file
+    from kyc_tools.assets.fetch import sha256_file
 
     if (checkpoint is None) == (random_init is None):
         raise ValueError("export: give exactly one of checkpoint and random_init")

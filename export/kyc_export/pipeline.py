@@ -9,9 +9,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kyc.assets.errors import ManifestError
-from kyc.assets.fetch import default_cache_dir, download, read_verified_member
-from kyc.assets.manifest import Manifest, ModelSpec, load_manifest
+from kyc_tools.assets.errors import ManifestError
+from kyc_tools.assets.fetch import default_cache_dir, download, read_verified_member
+from kyc_tools.assets.manifest import Manifest, ModelSpec, load_manifest
 
 from .convert import CONVERTER_VERSION, convert, provenance_metadata
 from .errors import ValidationError
@@ -55,7 +55,7 @@ def fetch_models(
     converter version is skipped unless ``force``. Each step reports one line with
     its duration to ``progress`` (default: the logger). The first failure raises a
     :class:`~kyc_export.errors.KycExportError` naming the model (a
-    :class:`~kyc.assets.errors.AssetError` for a pin or a download); models already
+    :class:`~kyc_tools.assets.errors.AssetError` for a pin or a download); models already
     installed stay installed.
     """
     specs = _selected(manifest or load_manifest(), models)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import tritonclient.grpc as grpcclient
 
-from kyc.runtime.server import TritonServer
 from kyc_testing import SHIPPED_REPOSITORY, copy_tree, require_weights, start_server
+from kyc_tools.runtime.server import TritonServer
 
 pytestmark = pytest.mark.integration
 

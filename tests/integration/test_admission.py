@@ -143,7 +143,7 @@ def test_beyond_capacity_customers_are_shed_at_once_and_admitted_ones_stay_insid
 
     # a recording of three moves, 21 frames: 3 facing, then each move held 3 frames and
     # 3 facing (the frames' latency is measured, not their verdict)
-    from kyc.liveness.synthetic import encode, frame_variant, move_pose
+    from kyc_tools.synthetic.liveness import encode, frame_variant, move_pose
 
     head = Person(url).head
     poses = [(0.0, 0.0)] * 3
@@ -257,7 +257,7 @@ def test_documents_alone_are_shed_past_their_own_limit_and_customers_are_not(
 @pytest.fixture(scope="module")
 def narrow_server(tmp_path_factory):
     """The shipped repository with a limit of 1 request in flight per entry."""
-    from kyc.repo.config_edit import edit_config
+    from kyc_tools.repo.config_edit import edit_config
 
     require_weights()
     root = tmp_path_factory.mktemp("narrow")
@@ -280,7 +280,7 @@ def test_the_sdk_retries_a_shed_customer_and_document_until_it_is_answered(
     at a time are shed (counted) and retried with backoff until each is answered."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from kyc.client import KycClient, RetryPolicy
+    from kyc_tools.client import KycClient, RetryPolicy
 
     patient = RetryPolicy(attempts=10, base_delay_s=0.2, max_delay_s=2.0, deadline_s=60.0)
     start = threading.Barrier(4)

@@ -13,7 +13,6 @@ import sys
 
 import pytest
 
-from kyc.repo.config import model_parameters
 from kyc_testing import (
     PROJECT_ROOT,
     SHIPPED_REPOSITORY,
@@ -24,6 +23,7 @@ from kyc_testing import (
     require_weights,
     start_server,
 )
+from kyc_tools.repo.config import model_parameters
 
 pytestmark = pytest.mark.integration
 
@@ -39,7 +39,8 @@ def repository(tmp_path_factory):
     for model in MODELS:
         copy_tree(SHIPPED_REPOSITORY / model, root / model)
     result = subprocess.run(
-        [sys.executable, "-m", "kyc.cli", "models", "antispoof", "publish", "--random-init", "3",
+        [sys.executable, "-m", "kyc_tools.cli", "models", "antispoof", "publish",
+         "--random-init", "3",
          "--arch", "MiniFASNetV2", "--scale", "2.7", "--repository", str(root)],
         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from kyc.repo.check import check_repository
 from kyc_export import arcface
 from kyc_testing import SHIPPED_REPOSITORY, copy_tree, require_weights, start_server
+from kyc_tools.repo.check import check_repository
 
 pytestmark = pytest.mark.integration
 

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from kyc.bench.report import PERF_ANALYZER_COLUMNS
 from kyc_testing import PROJECT_ROOT, require_weights
+from kyc_tools.bench.report import PERF_ANALYZER_COLUMNS
 
 pytestmark = pytest.mark.integration
 
-KYC = [sys.executable, "-m", "kyc.cli"]
+KYC = [sys.executable, "-m", "kyc_tools.cli"]
 SCENARIOS = ("kyc_ensemble", "kyc_in_process", "face_embedding_batching_on",
              "face_embedding_batching_off", "ocr_rec_batching_on", "ocr_rec_batching_off",
              "liveness_sequence", "liveness_sequence_under_ocr_load", "document_ocr",

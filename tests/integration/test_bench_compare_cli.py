@@ -20,7 +20,7 @@ def test_compare_plays_liveness_sessions_on_each_server_and_meters_cpu_per_frame
     url = server.options.grpc_url
     out = tmp_path / "compare.json"
     result = subprocess.run(
-        [sys.executable, "-m", "kyc.cli", "bench", "--compare", url, "--compare", url,
+        [sys.executable, "-m", "kyc_tools.cli", "bench", "--compare", url, "--compare", url,
          "--scenario", "liveness", "--levels", "2", "--rounds", "1", "--window-s", "3",
          "--json", str(out)],
         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)

@@ -2,7 +2,7 @@
 one request per call.
 
 The frames are NOT video of a live person: real test photos' faces rendered as 3-D
-head turns on the canonical face mesh (kyc.liveness.synthetic).
+head turns on the canonical face mesh (kyc_tools.synthetic.liveness).
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from kyc.bench import liveness as bench_liveness
-from kyc.bench.liveness import (
+from kyc.liveness.challenge import MOVES
+from kyc_tools.bench import liveness as bench_liveness
+from kyc_tools.bench.liveness import (
     FILLER_FRAMES,
     LEAD_IN_MAX,
     MAX_WAIT_FRAMES,
@@ -30,9 +31,8 @@ from kyc.bench.liveness import (
     lead_in,
     render_segments,
 )
-from kyc.liveness.challenge import MOVES
-from kyc.liveness.synthetic import HOLD, RAMP, HeadModel, Performer, move_poses
-from kyc.runtime.server import is_ready
+from kyc_tools.runtime.server import is_ready
+from kyc_tools.synthetic.liveness import HOLD, RAMP, HeadModel, Performer, move_poses
 
 pytestmark = pytest.mark.integration
 

@@ -14,15 +14,15 @@ import pytest
 import tritonclient.grpc as grpcclient
 from PIL import Image
 
-from kyc.assets import fetch
-from kyc.document.synthetic import (
+from kyc_testing import concurrently_as_a_client
+from kyc_tools.assets import fetch
+from kyc_tools.runtime.server import is_ready
+from kyc_tools.synthetic.document import (
     Degradation,
     alter_mrz_digit,
     random_identity,
     render_document,
 )
-from kyc.runtime.server import is_ready
-from kyc_testing import concurrently_as_a_client
 
 pytestmark = pytest.mark.integration
 

@@ -14,8 +14,8 @@ import uuid
 import pytest
 from test_serve_cli import ServeProcess
 
-from kyc.liveness.client import LivenessCapture, LivenessReply
 from kyc_testing import SHIPPED_REPOSITORY, Person, copy_tree, perform_on, require_weights
+from kyc_tools.liveness_client import LivenessCapture, LivenessReply
 
 pytestmark = pytest.mark.integration
 

@@ -14,16 +14,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kyc.cli import main
 from kyc_testing import SHIPPED_REPOSITORY, copy_tree, require_weights
+from kyc_tools.cli import main
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def samples(tmp_path_factory) -> Path:
-    from kyc.eval.samples import write_samples
     from kyc_export.antifraud import write_cases_csv
+    from kyc_tools.eval.samples import write_samples
 
     require_weights()
     out = tmp_path_factory.mktemp("eval-samples")
@@ -133,7 +133,7 @@ def test_harsh_photos_read_exactly_and_tampered_pages_never_read_valid(
 
 def test_liveness_measures_apcer_per_attack_species_and_bpcer_on_real_video(
         samples, tmp_path, capsys):
-    from kyc.eval.attacks import INJECTION, SPECIES
+    from kyc_tools.eval.attacks import INJECTION, SPECIES
 
     repo = repository(tmp_path)
     result, _ = run_eval(capsys, "liveness", str(samples / "liveness"), "--repository",

@@ -18,11 +18,11 @@ import pytest
 import tritonclient.grpc as grpcclient
 from PIL import Image
 
-from kyc.assets import fetch
 from kyc.face.align import ARCFACE_TEMPLATE
 from kyc.face.retinaface import detect_batch
-from kyc.runtime.server import is_ready
 from kyc_testing import concurrently
+from kyc_tools.assets import fetch
+from kyc_tools.runtime.server import is_ready
 
 pytestmark = pytest.mark.integration
 

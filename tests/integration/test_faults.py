@@ -22,11 +22,6 @@ import tritonclient.grpc as grpcclient
 from PIL import Image
 from tritonclient.utils import InferenceServerException
 
-from kyc.assets.fetch import fetch_test_photos
-from kyc.client import NO_RETRY, KycClient, KycUnavailableError
-from kyc.liveness.client import LivenessReply
-from kyc.repo.config import load_config
-from kyc.runtime.server import SHM_DIR, ServerOptions, TritonServer, is_ready
 from kyc_testing import (
     SHIPPED_REPOSITORY,
     Person,
@@ -36,6 +31,11 @@ from kyc_testing import (
     require_weights,
     start_server,
 )
+from kyc_tools.assets.fetch import fetch_test_photos
+from kyc_tools.client import NO_RETRY, KycClient, KycUnavailableError
+from kyc_tools.liveness_client import LivenessReply
+from kyc_tools.repo.config import load_config
+from kyc_tools.runtime.server import SHM_DIR, ServerOptions, TritonServer, is_ready
 
 pytestmark = pytest.mark.integration
 

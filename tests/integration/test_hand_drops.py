@@ -25,11 +25,6 @@ from PIL import Image
 from test_hot_update import one
 from test_poll_publish import Load, load_inputs, states
 
-from kyc.assets.fetch import fetch_test_photos
-from kyc.bench.core import process_memory
-from kyc.document.synthetic import Degradation, random_identity, render_document
-from kyc.liveness.client import LivenessReply
-from kyc.runtime.server import is_ready
 from kyc_testing import (
     ECHO_CONFIG,
     SHIPPED_REPOSITORY,
@@ -42,6 +37,11 @@ from kyc_testing import (
     tiny_onnx,
     write_echo_version,
 )
+from kyc_tools.assets.fetch import fetch_test_photos
+from kyc_tools.bench.core import process_memory
+from kyc_tools.liveness_client import LivenessReply
+from kyc_tools.runtime.server import is_ready
+from kyc_tools.synthetic.document import Degradation, random_identity, render_document
 
 pytestmark = pytest.mark.integration
 
@@ -269,7 +269,7 @@ def test_hand_dropped_folders_are_served_refused_or_rolled_back_without_a_failed
     status = server.watcher.status()
     metrics = urllib.request.urlopen(
         f"http://127.0.0.1:{server.watcher.status_port}/metrics", timeout=5).read().decode()
-    printed = subprocess.run([sys.executable, "-m", "kyc.cli", "repo", "status", "--url",
+    printed = subprocess.run([sys.executable, "-m", "kyc_tools.cli", "repo", "status", "--url",
                               f"127.0.0.1:{server.watcher.status_port}"],
                              capture_output=True, text=True, timeout=60)
     print("\nserved after the copy ended: "

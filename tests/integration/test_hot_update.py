@@ -14,10 +14,6 @@ import tritonclient.grpc as grpcclient
 from PIL import Image
 from test_poll_publish import Load, kyc_publish, states
 
-from kyc.assets.fetch import fetch_test_photos
-from kyc.document.synthetic import Degradation, random_identity, render_document
-from kyc.liveness.client import LivenessReply
-from kyc.runtime.procs import stub_files
 from kyc_testing import (
     SHIPPED_REPOSITORY,
     Person,
@@ -27,6 +23,10 @@ from kyc_testing import (
     require_weights,
     start_server,
 )
+from kyc_tools.assets.fetch import fetch_test_photos
+from kyc_tools.liveness_client import LivenessReply
+from kyc_tools.runtime.procs import stub_files
+from kyc_tools.synthetic.document import Degradation, random_identity, render_document
 
 pytestmark = pytest.mark.integration
 
@@ -61,7 +61,7 @@ def wait_state(server, model: str, version: str, state: str, timeout: float = 60
 
 
 def stubs(server) -> int:
-    from kyc.bench.core import process_memory
+    from kyc_tools.bench.core import process_memory
 
     return process_memory(server.process.pid)["stub_processes"]
 

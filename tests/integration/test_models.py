@@ -14,8 +14,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 from PIL import Image, ImageDraw, ImageFont
 
-from kyc.assets import fetch
-from kyc.runtime.server import is_ready
+from kyc_tools.assets import fetch
+from kyc_tools.runtime.server import is_ready
 
 pytestmark = pytest.mark.integration
 

@@ -30,16 +30,15 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from kyc.assets.fetch import fetch_test_photos
 from kyc.budgets import (
     BUDGETS_MS,
     STEP_OF,
-    configured_queue_policy,
     queue_timeout_us,
-    with_queue_policy,
 )
-from kyc.client import KycClient, RetryPolicy
 from kyc_testing import SHIPPED_REPOSITORY, copy_tree, require_weights, start_server
+from kyc_tools.assets.fetch import fetch_test_photos
+from kyc_tools.client import KycClient, RetryPolicy
+from kyc_tools.repo.queues import configured_queue_policy, with_queue_policy
 from loadgen import OK, closed_loop_rate, run_open_loop, summarize, triton_starter
 
 pytestmark = pytest.mark.integration

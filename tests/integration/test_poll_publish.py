@@ -61,7 +61,7 @@ class Load(threading.Thread):
 
 def kyc_publish(repo: Path, model: str, src: Path, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "kyc.cli", "repo", "publish", model, str(src),
+        [sys.executable, "-m", "kyc_tools.cli", "repo", "publish", model, str(src),
          "--repository", str(repo), *extra],
         capture_output=True, text=True, timeout=120,
     )

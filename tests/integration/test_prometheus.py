@@ -20,11 +20,11 @@ import tritonclient.grpc as grpcclient
 import yaml
 from tritonclient.utils import InferenceServerException
 
-from kyc.cli import main
-from kyc.ops import dashboard, prometheus
-from kyc.ops.models import served_models
-from kyc.runtime.server import free_port
 from kyc_testing import PROJECT_ROOT, SHIPPED_REPOSITORY
+from kyc_tools.cli import main
+from kyc_tools.ops import dashboard, prometheus
+from kyc_tools.ops.models import served_models
+from kyc_tools.runtime.server import free_port
 
 pytestmark = pytest.mark.integration
 

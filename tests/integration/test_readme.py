@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from kyc.assets import fetch
 from kyc_testing import PROJECT_ROOT
+from kyc_tools.assets import fetch
 
 pytestmark = pytest.mark.integration
 
@@ -47,7 +47,7 @@ def test_the_face_matching_snippet_tells_people_apart(server, document, selfie, 
 def test_the_document_snippet_reads_a_rendered_document(server, tmp_path):
     import numpy as np
 
-    from kyc.document.synthetic import Degradation, random_identity, render_document
+    from kyc_tools.synthetic.document import Degradation, random_identity, render_document
 
     rng = np.random.default_rng(42)
     doc = render_document(random_identity(rng), "td3", None, Degradation(), rng)
@@ -66,8 +66,8 @@ def person_setup(client) -> str:
     turns on the canonical face mesh (tests only: frames made by software)."""
     path = fetch.fetch_test_photos()["person_a_2"]
     return ("import time\nimport numpy as np\nfrom PIL import Image\n"
-            "from kyc.client import KycClient as _Faces\n"
-            "from kyc.liveness.synthetic import HeadModel, Performer\n"
+            "from kyc_tools.client import KycClient as _Faces\n"
+            "from kyc_tools.synthetic.liveness import HeadModel, Performer\n"
             f"_PATH = {str(path)!r}\n"
             "with _Faces(URL) as _faces:\n"
             "    _face = _faces.find_face(open(_PATH, 'rb').read())\n"
@@ -91,7 +91,7 @@ def test_the_verification_snippet_prints_a_decision_with_reasons(server, tmp_pat
     import sys
 
     samples = tmp_path / "samples"
-    subprocess.run([sys.executable, "-m", "kyc.cli", "samples", "--out", str(samples)],
+    subprocess.run([sys.executable, "-m", "kyc_tools.cli", "samples", "--out", str(samples)],
                    cwd=PROJECT_ROOT, check=True, capture_output=True, timeout=120)
     code = (readme_snippet("Verifying a customer (`kyc_ensemble`)")
             .replace('"localhost:8001"', repr(server.options.grpc_url))
@@ -103,7 +103,7 @@ def test_the_verification_snippet_prints_a_decision_with_reasons(server, tmp_pat
 
 def test_the_capture_snippet_streams_a_camera_and_verifies_with_its_token(
         server, client, tmp_path):
-    from kyc.cli import main
+    from kyc_tools.cli import main
 
     assert main(["samples", "--out", str(tmp_path)]) == 0
     # A camera: the person's frames, 15 a second, doing each move as the replies tell it

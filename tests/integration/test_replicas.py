@@ -17,10 +17,7 @@ import tritonclient.grpc as grpcclient
 from test_kyc_ensemble import verify as kyc_verify
 from tritonclient.utils import InferenceServerException
 
-from kyc.assets.fetch import fetch_test_photos
-from kyc.cli import main
 from kyc.decision.ledger import ENV_LEDGER
-from kyc.liveness.client import LivenessReply
 from kyc.liveness.token import ENV_KEY, ENV_KEY_FILE, key_id, load_key
 from kyc_testing import (
     SHIPPED_REPOSITORY,
@@ -30,6 +27,9 @@ from kyc_testing import (
     redis_server,
     start_server,
 )
+from kyc_tools.assets.fetch import fetch_test_photos
+from kyc_tools.cli import main
+from kyc_tools.liveness_client import LivenessReply
 
 pytestmark = pytest.mark.integration
 

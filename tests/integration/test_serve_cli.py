@@ -22,15 +22,15 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from kyc.channel import CLIENT_KEY_ENV, CLIENT_KEY_HEADER, as_channel
 from kyc.liveness.token import create_key_file
-from kyc.runtime.procs import children, is_running, stub_instance
-from kyc.runtime.server import SHM_DIR, free_port, free_ports, is_ready
 from kyc_testing import build_tiny_repository, write_echo_version
+from kyc_tools.channel import CLIENT_KEY_ENV, CLIENT_KEY_HEADER, as_channel
+from kyc_tools.runtime.procs import children, is_running, stub_instance
+from kyc_tools.runtime.server import SHM_DIR, free_port, free_ports, is_ready
 
 pytestmark = pytest.mark.integration
 
-KYC = [sys.executable, "-m", "kyc.cli"]
+KYC = [sys.executable, "-m", "kyc_tools.cli"]
 
 
 class ServeProcess:

@@ -31,8 +31,8 @@ def image_repository(tmp_path):
 
 
 def seed(src, dest) -> str:
-    done = subprocess.run([sys.executable, "-m", "kyc.cli", "repo", "seed", str(src), str(dest)],
-                          capture_output=True, text=True, timeout=120)
+    command = [sys.executable, "-m", "kyc_tools.cli", "repo", "seed", str(src), str(dest)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kyc.bench import tune
 from kyc.pipeline.modelconfig import load_config
+from kyc_tools.bench import tune
 
 pytestmark = pytest.mark.integration
 
@@ -29,7 +29,7 @@ def test_model_analyzer_searches_face_embedding_and_its_choice_is_applied(tmp_pa
     shutil.copytree(REPOSITORY / "face_embedding", repository / "face_embedding")
     out = tmp_path / "out"
     done = subprocess.run(
-        [sys.executable, "-m", "kyc.cli", "tune", "face_embedding", "--model-repository",
+        [sys.executable, "-m", "kyc_tools.cli", "tune", "face_embedding", "--model-repository",
          str(repository), "--out", str(out), "--instances", "1", "--delays-us", "0",
          "--concurrency", "1", "--requests-per-window", "8", "--apply", "--timeout", "600"],
         capture_output=True, text=True, timeout=700, check=False)

@@ -9,13 +9,13 @@ import sys
 
 import pytest
 
-from kyc.client import AsyncKycClient, KycClient, KycInputError, KycUnavailableError
-from kyc.liveness.synthetic import encode
 from kyc_testing import PROJECT_ROOT, free_port
+from kyc_tools.client import AsyncKycClient, KycClient, KycInputError, KycUnavailableError
+from kyc_tools.synthetic.liveness import encode
 
 pytestmark = pytest.mark.integration
 
-KYC = [sys.executable, "-m", "kyc.cli"]
+KYC = [sys.executable, "-m", "kyc_tools.cli"]
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +99,7 @@ def test_the_sdk_blocking_and_asyncio_agree(server, samples):
         import numpy as np
         from PIL import Image
 
-        from kyc.liveness.synthetic import HeadModel, Performer
+        from kyc_tools.synthetic.liveness import HeadModel, Performer
 
         image = np.asarray(Image.open(samples / "selfie.jpg").convert("RGB"))
         async with AsyncKycClient(url) as client:

@@ -5,7 +5,7 @@ and a real Triton server.
 The server's repository is the shipped one with one change: its challenges use the
 move `left` only (left, left, left), so that a video made in advance can do what the
 random challenge asks. The head turns are 3-D head turns of a real photo's face on
-the canonical face mesh (kyc.liveness.synthetic), NOT video of a live person. With
+the canonical face mesh (kyc_tools.synthetic.liveness), NOT video of a live person. With
 the shipped policy (no passive anti-spoofing model), the best decision is review.
 
 Set KYC_SCREENSHOTS=DIR to keep a screenshot of each state there (docs/web/ holds the
@@ -27,10 +27,6 @@ import pytest
 from fake_camera import challenge_film, still_film, write_y4m
 from PIL import Image
 
-from kyc.assets.fetch import fetch_test_photos
-from kyc.client import KycClient
-from kyc.repo.config_edit import set_string_parameter
-from kyc.runtime.server import free_port
 from kyc_testing import (
     SHIPPED_REPOSITORY,
     copy_tree,
@@ -39,6 +35,10 @@ from kyc_testing import (
     scrape,
     start_server,
 )
+from kyc_tools.assets.fetch import fetch_test_photos
+from kyc_tools.client import KycClient
+from kyc_tools.repo.config_edit import set_string_parameter
+from kyc_tools.runtime.server import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -65,7 +65,7 @@ def kyc_web(triton_url: str, log_dir: Path, *options: str):
     port = free_port()
     log = (log_dir / "web.log").open("w")
     process = subprocess.Popen(
-        [sys.executable, "-m", "kyc.cli", "web", "--url", triton_url, "--port", str(port),
+        [sys.executable, "-m", "kyc_tools.cli", "web", "--url", triton_url, "--port", str(port),
          *options], stdout=log, stderr=subprocess.STDOUT)
     log.close()
     url = f"http://127.0.0.1:{port}/"
@@ -110,7 +110,7 @@ def videos(triton, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def samples(tmp_path_factory):
-    from kyc.cli import main
+    from kyc_tools.cli import main
 
     out = tmp_path_factory.mktemp("samples")
     assert main(["samples", "--out", str(out)]) == 0

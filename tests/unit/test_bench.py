@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from kyc import cli
-from kyc.bench import core as bench
-from kyc.bench.core import (
+from kyc_testing import SHIPPED_REPOSITORY
+from kyc_tools import cli
+from kyc_tools.bench import core as bench
+from kyc_tools.bench.core import (
     BenchOptions,
     Measurement,
     Window,
@@ -30,8 +31,7 @@ from kyc.bench.core import (
     stats_totals,
     summarize,
 )
-from kyc.cli import build_parser
-from kyc_testing import SHIPPED_REPOSITORY
+from kyc_tools.cli import build_parser
 
 TINY = Window(warmup_s=0.05, window_s=0.2, min_requests=5, max_s=2.0)
 
@@ -304,8 +304,8 @@ def test_the_bench_command_parses_its_options_and_offers_exactly_the_groups(tmp_
 
 def test_bench_without_its_instruments_names_the_one_command_that_installs_them(
         monkeypatch, capsys):
-    from kyc.bench import perf_analyzer
-    from kyc.cli import bench as bench_cli
+    from kyc_tools.bench import perf_analyzer
+    from kyc_tools.cli import bench as bench_cli
 
     installed = {"perf_analyzer": True, "rapidocr_onnxruntime": True}
     monkeypatch.setattr(perf_analyzer, "available", lambda: installed["perf_analyzer"])
@@ -324,7 +324,7 @@ def test_bench_without_its_instruments_names_the_one_command_that_installs_them(
     makefile = (Path(__file__).parents[2] / "Makefile").read_text()
     assert "\nbench-tools: perf-analyzer $(VENV)/.installed-peers\n" in makefile
     ran = []
-    monkeypatch.setattr("kyc.bench.scenarios.run_bench", lambda options: ran.append(options)
+    monkeypatch.setattr("kyc_tools.bench.scenarios.run_bench", lambda options: ran.append(options)
                         or (_ for _ in ()).throw(OSError("stop here")))
     own = build_parser().parse_args(["bench", "--quick", "--own-clients"])
     assert own.func(own) == 1 and ran  # measured (here: stopped) without the instruments

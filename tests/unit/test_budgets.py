@@ -6,21 +6,23 @@ import pytest
 
 from kyc.budgets import (
     BUDGETS_MS,
-    MAX_QUEUE_SIZE,
     QUEUE_SHARE,
     SEQUENCE_MODELS,
     SLA_MS,
     STEP_OF,
-    QueuePolicy,
-    configured_queue_delay_us,
-    configured_queue_policy,
     queue_against_budget,
     queue_cap_us,
     queue_timeout_us,
+)
+from kyc_testing import SHIPPED_REPOSITORY
+from kyc_tools.repo.config import load_config, parse_config
+from kyc_tools.repo.queues import (
+    MAX_QUEUE_SIZE,
+    QueuePolicy,
+    configured_queue_delay_us,
+    configured_queue_policy,
     with_queue_policy,
 )
-from kyc.repo.config import load_config, parse_config
-from kyc_testing import SHIPPED_REPOSITORY
 
 ENSEMBLES = {"kyc_ensemble", "document_ocr"}
 

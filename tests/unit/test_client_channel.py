@@ -1,4 +1,4 @@
-"""kyc.channel: TLS and headers from `kyc verify`'s options to every tritonclient call."""
+"""kyc_tools.channel: TLS and headers from `kyc verify`'s options to every tritonclient call."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 
-from kyc.channel import CLIENT_KEY_ENV, CLIENT_KEY_HEADER, Channel, as_channel, parse_header
-from kyc.cli import build_parser
-from kyc.cli.verify import channel_of
-from kyc.client import AsyncKycClient, KycClient
-from kyc.liveness.client import LivenessStream
+from kyc_tools.channel import CLIENT_KEY_ENV, CLIENT_KEY_HEADER, Channel, as_channel, parse_header
+from kyc_tools.cli import build_parser
+from kyc_tools.cli.verify import channel_of
+from kyc_tools.client import AsyncKycClient, KycClient
+from kyc_tools.liveness_client import LivenessStream
 
 CHANNEL = Channel("kyc.example.com:443", ssl=True, root_certificates=Path("ca.pem"),
                   headers=(("authorization", "Bearer t0k"), ("x-tenant", "7")))

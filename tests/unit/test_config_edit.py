@@ -1,4 +1,4 @@
-"""kyc.repo.config_edit: config.pbtxt edited through Triton's ModelConfig schema, written
+"""kyc_tools.repo.config_edit: config.pbtxt edited through Triton's ModelConfig schema, written
 back with protobuf's text_format, the comments kept next to what they describe."""
 
 from __future__ import annotations
@@ -7,9 +7,10 @@ from collections import Counter
 
 import pytest
 
-from kyc.repo import config_edit
-from kyc.repo.config import ModelConfig, parse_config
-from kyc.repo.config_edit import (
+from kyc_testing import SHIPPED_REPOSITORY
+from kyc_tools.repo import config_edit
+from kyc_tools.repo.config import ModelConfig, parse_config
+from kyc_tools.repo.config_edit import (
     ConfigEditError,
     edit_config,
     format_config,
@@ -17,7 +18,6 @@ from kyc.repo.config_edit import (
     set_string_parameter,
     set_version_policy,
 )
-from kyc_testing import SHIPPED_REPOSITORY
 
 SHIPPED = sorted(SHIPPED_REPOSITORY.glob("*/config.pbtxt"))
 

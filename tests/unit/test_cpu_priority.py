@@ -13,7 +13,7 @@ from kyc.onnx_backend import OnnxModelSettings
 CHILD = textwrap.dedent("""
     import os, threading
     from pathlib import Path
-    from kyc.runtime.priority import lower_cpu_priority
+    from kyc.priority import lower_cpu_priority
     early = threading.Thread(target=threading.Event().wait, args=(5,), daemon=True)
     early.start()
     done = lower_cpu_priority(7)

@@ -122,6 +122,6 @@ def test_the_feature_vector_follows_the_pinned_order_with_stated_unknowns():
 
 
 def test_the_manifest_pins_the_same_features():
-    from kyc.assets.manifest import load_manifest
+    from kyc_tools.assets.manifest import load_manifest
 
     assert tuple(load_manifest().trained["antifraud"]["features"]) == FEATURES

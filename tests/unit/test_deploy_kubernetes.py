@@ -16,14 +16,14 @@ import pytest
 import yaml
 
 from kyc import budgets
-from kyc.channel import CLIENT_KEY_ENV
-from kyc.cli import build_parser
 from kyc.decision.ledger import ENV_LEDGER, RedisLedger, ledger_from_environ
 from kyc.liveness.token import ENV_KEY_FILE
-from kyc.ops import prometheus
-from kyc.ops.models import served_models
-from kyc.repo.config import model_parameters
 from kyc_testing import PROJECT_ROOT, SHIPPED_REPOSITORY
+from kyc_tools.channel import CLIENT_KEY_ENV
+from kyc_tools.cli import build_parser
+from kyc_tools.ops import prometheus
+from kyc_tools.ops.models import served_models
+from kyc_tools.repo.config import model_parameters
 
 KUBERNETES_VERSION = "1.32"  # the kubectl of these machines; kubernetes-validate ships it
 DEPLOY = PROJECT_ROOT / "deploy"

@@ -14,11 +14,11 @@ import pytest
 import yaml
 
 from kyc import budgets
-from kyc.cli import main
-from kyc.ops import dashboard, prometheus
-from kyc.ops.models import served_models
-from kyc.ops.render import ADAPTER, DASHBOARD, RULES, render
 from kyc_testing import PROJECT_ROOT, SHIPPED_REPOSITORY
+from kyc_tools.cli import main
+from kyc_tools.ops import dashboard, prometheus
+from kyc_tools.ops.models import served_models
+from kyc_tools.ops.render import ADAPTER, DASHBOARD, RULES, render
 
 DEPLOY = PROJECT_ROOT / "deploy"
 PROM = DEPLOY / "prometheus"
@@ -186,8 +186,8 @@ def test_a_refused_drop_alerts_on_its_first_refusal_too():
     # the watcher's own registry: no series before a refusal, then one at 1, by stage
     from prometheus_client import generate_latest
 
-    from kyc.repo.live import Event
-    from kyc.runtime.watcher import RepositoryMetrics
+    from kyc_tools.repo.live import Event
+    from kyc_tools.runtime.watcher import RepositoryMetrics
 
     metrics = RepositoryMetrics()
     assert "kyc_repository_refusals_total{" not in generate_latest(metrics.registry).decode()

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kyc.cli import build_parser, entrypoint_http_url
 from kyc_testing import PROJECT_ROOT
+from kyc_tools.cli import build_parser, entrypoint_http_url
 
 DOCKERFILE = PROJECT_ROOT / "Dockerfile"
 

@@ -6,8 +6,8 @@ import copy
 
 import pytest
 
-from kyc.document.evaluation import TALLIES, rates, render_cases, score
 from kyc.document.mrz import empty_document, parse_mrz
+from kyc_tools.eval.document_cases import TALLIES, rates, render_cases, score
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,9 @@ import fake_triton
 from fake_triton import FakeError, FakeResponse, FakeTensor
 from kyc.document.ocr import OcrSettings
 from kyc.document.step import PreprocessSettings, prepare_page, rec_alphabet
-from kyc.document.synthetic import Degradation, random_identity, render_document
 from kyc.pipeline.modelconfig import Repository
 from kyc_testing import SHIPPED_REPOSITORY, require_weights
+from kyc_tools.synthetic.document import Degradation, random_identity, render_document
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +183,7 @@ def test_every_crop_of_a_document_is_recognised_once_mrz_lines_included(sessions
 def test_a_long_line_that_is_not_an_mrz_line_is_read_again_at_its_natural_width(sessions):
     from PIL import Image, ImageDraw
 
-    from kyc.document.synthetic import DEJAVU, _font
+    from kyc_tools.synthetic.document import DEJAVU, _font
 
     text = "Holder of this document is requested to present it on demand"
     image = Image.new("RGB", (1400, 200), "white")
@@ -249,7 +249,7 @@ def test_a_page_whose_visual_zone_does_not_show_the_mrz_is_read_to_its_last_line
 def test_a_page_without_an_mrz_reads_no_visual_line(sessions):
     from PIL import Image, ImageDraw
 
-    from kyc.document.synthetic import DEJAVU, _font
+    from kyc_tools.synthetic.document import DEJAVU, _font
 
     image = Image.new("RGB", (800, 300), "white")
     ImageDraw.Draw(image).text((20, 80), "KOWALSKI 503507574", font=_font(DEJAVU, 28),
@@ -319,7 +319,7 @@ def test_an_mrz_line_whose_filler_run_is_read_short_comes_back_whole(sessions, m
     check digit: read greedily from the squeezed crop it comes out short (here 3, served
     with a portrait 8 characters); read at the page's line length it is the printed line."""
     from kyc.document import ocr
-    from kyc.document.synthetic import HARSH
+    from kyc_tools.synthetic.document import HARSH
 
     rng = np.random.default_rng(38035)
     doc = render_document(random_identity(rng), "td1", None, HARSH, rng)

@@ -9,9 +9,9 @@ import cv2
 import numpy as np
 import pytest
 
-from kyc.document import synthetic
 from kyc.document.mrz import parse_mrz
-from kyc.document.synthetic import (
+from kyc_tools.synthetic import document as synthetic
+from kyc_tools.synthetic.document import (
     NUMBER_LETTERS,
     Degradation,
     Identity,

@@ -1,4 +1,4 @@
-"""kyc.eval's glue without a server: the labelled folders, the models a measure loads,
+"""kyc_tools.eval's glue without a server: the labelled folders, the models a measure loads,
 the recommendations and the report (the measures run on a real server in
 tests/integration/test_eval.py)."""
 
@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kyc.cli import build_parser
 from kyc.decision.features import FEATURES
-from kyc.eval import antifraud, data, documents, faces, liveness, report
-from kyc.eval.server import EvalError, pick_versions, served_closure
+from kyc_tools.cli import build_parser
+from kyc_tools.eval import antifraud, data, documents, faces, liveness, report
+from kyc_tools.eval.server import EvalError, pick_versions, served_closure
 
 REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
 
@@ -127,7 +127,7 @@ def test_documents_liveness_antifraud_recommend_by_their_field_measure():
 
 def test_the_report_keeps_private_arrays_out_of_the_json_and_names_the_plots(tmp_path):
     genuine, impostor = np.array([0.6, 0.7]), np.array([0.1, 0.2, 0.3])
-    from kyc.eval.metrics import face_figures
+    from kyc_tools.eval.metrics import face_figures
 
     figures = face_figures(genuine, impostor, 0.363, 1e-3)
     result = {"kind": "faces", "data": "d", "repository": "r", "model": "face_embedding",

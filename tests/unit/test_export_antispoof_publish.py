@@ -9,9 +9,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from kyc.repo.config import model_parameters
 from kyc_export.antispoof import publish_antispoof, real_as_column
 from kyc_testing import SHIPPED_REPOSITORY
+from kyc_tools.repo.config import model_parameters
 
 
 def tiny_antispoof() -> onnx.ModelProto:

@@ -7,10 +7,10 @@ import onnx
 import pytest
 from onnx import TensorProto
 
-from kyc.assets.manifest import parse_manifest
 from kyc_export import convert, synthetic
 from kyc_export.errors import ConversionError, ParityError
 from kyc_export.parity import check_parity, run, sample_images
+from kyc_tools.assets.manifest import parse_manifest
 
 
 def _io(model: onnx.ModelProto, which: str) -> dict[str, tuple[int, list]]:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from kyc.assets import fetch
-from kyc.assets.errors import ChecksumError, FetchError
-from kyc.assets.manifest import ArchiveSource, Member, parse_manifest
 from kyc_export import synthetic
+from kyc_tools.assets import fetch
+from kyc_tools.assets.errors import ChecksumError, FetchError
+from kyc_tools.assets.manifest import ArchiveSource, Member, parse_manifest
 
 MEMBER = "kyc_fixture_pkg/model.bin"
 CONTENT = b"not really a model"

@@ -10,9 +10,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from kyc.assets.fetch import sha256_bytes
 from kyc_export import install as installer
 from kyc_export.errors import InstallError
+from kyc_tools.assets.fetch import sha256_bytes
 
 CURRENT = {"kyc.source_sha256": "a" * 64, "kyc.converter_version": "3"}
 

@@ -12,11 +12,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from kyc.assets.errors import ChecksumError, ManifestError
-from kyc.assets.manifest import Manifest, parse_manifest
 from kyc_export import convert, pipeline, synthetic
 from kyc_export.convert import Converted
 from kyc_export.errors import ValidationError
+from kyc_tools.assets.errors import ChecksumError, ManifestError
+from kyc_tools.assets.manifest import Manifest, parse_manifest
 
 MEMBER = "tiny_src/model.onnx"
 CONFIG = """

@@ -16,11 +16,11 @@ import onnxruntime as ort
 import pytest
 from onnx import helper
 
-from kyc.assets import fetch
-from kyc.assets.manifest import load_manifest
 from kyc_export.convert import Converted, convert
 from kyc_export.parity import TOLERANCES, check_parity, run
 from kyc_export.validate import validate
+from kyc_tools.assets import fetch
+from kyc_tools.assets.manifest import load_manifest
 
 REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
 MODELS = sorted(load_manifest().models)

@@ -9,10 +9,10 @@ from google.protobuf import text_format
 from onnx import TensorProto, helper
 from tritonclient.grpc import model_config_pb2
 
-from kyc.assets.errors import ManifestError
-from kyc.assets.manifest import load_manifest, parse_manifest
 from kyc_export.errors import ValidationError
 from kyc_export.validate import validate
+from kyc_tools.assets.errors import ManifestError
+from kyc_tools.assets.manifest import load_manifest, parse_manifest
 
 REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
 

@@ -24,12 +24,12 @@ import pytest
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kyc.assets import fetch
 from kyc.face.align import ARCFACE_TEMPLATE, FACE_SIZE, umeyama, warp_face
 from kyc.face.preprocess import FacePreprocessor, FaceSettings
 from kyc.face.retinaface import decode, detect_batch, nms, priors
 from kyc.image import decode_image, letterbox
 from kyc_testing import PROJECT_ROOT, SHIPPED_REPOSITORY, require_weights
+from kyc_tools.assets import fetch
 
 CANVAS, SCORE, IOU = 640, 0.7, 0.4  # model_repository/face_preprocess/config.pbtxt
 NUMPY_NMS_AT = "1867dcc"  # the last commit with the numpy NMS (script: timing column)

@@ -11,8 +11,8 @@ import pytest
 
 import fake_triton
 from fake_triton import FakeError, FakeResponse, FakeTensor
-from kyc.assets import fetch
 from kyc_testing import SHIPPED_REPOSITORY, require_weights
+from kyc_tools.assets import fetch
 
 CONFIG_PATH = SHIPPED_REPOSITORY / "face_preprocess" / "config.pbtxt"
 
@@ -38,7 +38,7 @@ def pb(monkeypatch):
 def shipped_config() -> dict:
     from google.protobuf import json_format
 
-    from kyc.repo.config import load_config
+    from kyc_tools.repo.config import load_config
 
     return json_format.MessageToDict(load_config(CONFIG_PATH), preserving_proto_field_name=True)
 

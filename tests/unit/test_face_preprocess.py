@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from kyc.assets import fetch
 from kyc.face.align import template_error
 from kyc.face.preprocess import FacePreprocessor, FaceSettings, result_tensors
 from kyc.image import ImageError
 from kyc.settings import SettingsError, from_parameters
 from kyc_testing import SHIPPED_REPOSITORY, require_weights
+from kyc_tools.assets import fetch
 
 
 class CountingDetector:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kyc.liveness.client import CAMERA_FPS, FramePacer
+from kyc_tools.liveness_client import CAMERA_FPS, FramePacer
 
 
 class Clock:

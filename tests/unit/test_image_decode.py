@@ -169,7 +169,7 @@ def test_an_image_of_at_most_1_mp_passes_however_well_it_compresses():
 
 
 def test_the_real_photos_pack_fewer_than_10_pixels_per_byte():
-    from kyc.assets.fetch import fetch_test_photos
+    from kyc_tools.assets.fetch import fetch_test_photos
 
     for role, path in fetch_test_photos().items():
         if path.suffix == ".jpg":
@@ -179,10 +179,10 @@ def test_the_real_photos_pack_fewer_than_10_pixels_per_byte():
 
 
 def test_a_real_camera_frame_of_4k_passes_as_a_liveness_frame_and_more_pixels_do_not():
-    from kyc.assets.fetch import fetch_test_data
-    from kyc.eval.liveness_samples import jpeg, read_clip
     from kyc.intake import IntakeSettings
     from kyc.liveness.session import LivenessSettings
+    from kyc_tools.assets.fetch import fetch_test_data
+    from kyc_tools.eval.liveness_samples import jpeg, read_clip
 
     frame = read_clip(fetch_test_data("face_videos")["woman_turning"])[20]
     uhd = np.asarray(Image.fromarray(frame).resize((3840, 2160), Image.Resampling.BICUBIC))

@@ -17,12 +17,12 @@ from PIL import Image
 import fake_triton
 import hostile
 from fake_triton import FakeError, FakeTensor
-from kyc.assets.fetch import fetch_test_photos
 from kyc.image import ImageError, ImageLimits, check_image, decode_image
 from kyc.intake import IMAGE_INPUTS, IntakeSettings, check_images
-from kyc.repo.config import load_config
 from kyc.settings import from_parameters
 from kyc_testing import SHIPPED_REPOSITORY
+from kyc_tools.assets.fetch import fetch_test_photos
+from kyc_tools.repo.config import load_config
 
 FACE_LIMITS = ImageLimits(20 << 20, 40_000_000, 1600)
 OCR_LIMITS = ImageLimits(20 << 20, 40_000_000, 2000)

@@ -432,9 +432,9 @@ def test_the_key_comes_from_the_environment_or_a_private_key_file(tmp_path):
 def test_the_shipped_config_sets_every_setting_and_bounds_idle_time_for_humans():
     import dataclasses
 
-    from kyc.repo.config import load_config, model_parameters
     from kyc.settings import from_parameters
     from kyc_testing import SHIPPED_REPOSITORY
+    from kyc_tools.repo.config import load_config, model_parameters
 
     parameters = model_parameters(SHIPPED_REPOSITORY, "liveness_sequence")
     assert set(parameters) == {f.name for f in dataclasses.fields(LivenessSettings)}

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from onnx import TensorProto
 
-from kyc.cli import main
-from kyc.repo.check import check_repository
+from kyc_tools.cli import main
+from kyc_tools.repo.check import check_repository
 
 
 def messages(repo: Path) -> list[str]:

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kyc.repo.config import load_config, model_kind, model_parameters
-from kyc.repo.graph import (
+from kyc_testing import PROJECT_ROOT, SHIPPED_REPOSITORY, require_weights, write_model
+from kyc_tools.repo.config import load_config, model_kind, model_parameters
+from kyc_tools.repo.graph import (
     BLS,
     CLIENT_ID,
     ENSEMBLE,
@@ -28,14 +29,14 @@ from kyc.repo.graph import (
     to_dot,
     to_mermaid,
 )
-from kyc_testing import PROJECT_ROOT, SHIPPED_REPOSITORY, require_weights, write_model
 
 CONFIGS = {p.parent.name: load_config(p)
            for p in sorted(SHIPPED_REPOSITORY.glob("*/config.pbtxt"))}
 ENSEMBLES = sorted(name for name, c in CONFIGS.items() if c.platform == "ensemble")
 PYTHON_MODELS = sorted(name for name, c in CONFIGS.items() if model_kind(c).name == "python")
 DOC = PROJECT_ROOT / "docs" / "model-graph.mmd"
-REGENERATE = ".venv/bin/python -m kyc.repo.graph model_repository --output docs/model-graph.mmd"
+REGENERATE = (".venv/bin/python -m kyc_tools.repo.graph model_repository"
+              " --output docs/model-graph.mmd")
 
 NODE_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 MERMAID_NODE = re.compile(r'^\s*([A-Za-z]\w*)(\[\[|\[\(|\(\[|\{\{|\[|\()"[^"]*"'
@@ -220,7 +221,7 @@ def test_every_model_parameter_of_a_python_model_is_classified_for_its_step():
         keys = {k for k in config.parameters if k.endswith("_model")}
         assert target is not None, f"{name}: no triton_model(...) in its glue file"
         if keys:
-            assert target in USES, f"{name}: {target} is not in kyc.repo.graph.USES"
+            assert target in USES, f"{name}: {target} is not in kyc_tools.repo.graph.USES"
             assert keys <= set(USES[target]), f"{name}: {keys - set(USES[target])} unclassified"
 
 
@@ -481,7 +482,7 @@ def test_command_fails_cleanly_on_no_repository_or_a_broken_config(tmp_path, cap
 
 
 def test_kyc_repo_graph_is_a_command_of_the_cli(capsys):
-    from kyc.cli import main
+    from kyc_tools.cli import main
 
     assert main(["repo", "graph", str(SHIPPED_REPOSITORY), "--format", "dot"]) == 0
     assert capsys.readouterr().out.startswith("digraph model_graph {")

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from kyc.cli import main
-from kyc.repo.publish import PublishError, publish
 from kyc_testing import UNSAFE_ENTRIES, write_echo_version
+from kyc_tools.cli import main
+from kyc_tools.repo.publish import PublishError, publish
 
 
 def entries(model_dir: Path) -> list[str]:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kyc.cli import main
-from kyc.repo import seed as seed_module
-from kyc.repo.seed import SeedError, seed
+from kyc_tools.cli import main
+from kyc_tools.repo import seed as seed_module
+from kyc_tools.repo.seed import SeedError, seed
 
 
 def tree(root: Path) -> dict[str, bytes]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kyc.runtime.server import (
+from kyc_tools.runtime.server import (
     ServerOptions,
     TritonServer,
     client_key_problems,
@@ -22,7 +22,7 @@ from kyc.runtime.server import (
     remove_stale_live_copies,
     remove_stale_shm_regions,
 )
-from kyc.runtime.triton import STUB_NAME, assemble_backends, find_wheel_tree, system_install
+from kyc_tools.runtime.triton import STUB_NAME, assemble_backends, find_wheel_tree, system_install
 
 
 @pytest.fixture
@@ -144,7 +144,7 @@ def test_client_urls_use_loopback_when_listening_on_all_addresses(tmp_path):
 def test_python_models_are_precompiled_before_the_server_sees_them(tmp_path):
     # The stub writes __pycache__ on first load whatever PYTHONDONTWRITEBYTECODE says,
     # and poll mode reloads a model whose folder changed: the bytecode must be there first.
-    from kyc.runtime.server import precompile_python_models
+    from kyc_tools.runtime.server import precompile_python_models
 
     version = tmp_path / "echo" / "1"
     version.mkdir(parents=True)
@@ -193,7 +193,7 @@ def test_the_development_admin_key_is_made_once_in_a_file_only_its_owner_reads(
 
 
 def test_every_port_listens_on_loopback_unless_another_address_is_given(assembled, tmp_path):
-    from kyc.cli import build_parser
+    from kyc_tools.cli import build_parser
 
     server = TritonServer(ServerOptions(tmp_path))
     server.install = assembled

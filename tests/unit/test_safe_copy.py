@@ -1,4 +1,4 @@
-"""kyc.repo.safe_copy: folders dropped into the repository are copied as folders and
+"""kyc_tools.repo.safe_copy: folders dropped into the repository are copied as folders and
 regular files only; links, fifos, devices and sockets are refused, never followed."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from kyc.repo.safe_copy import UnsafeEntryError, check_plain_name, copy_file, copy_tree
+from kyc_tools.repo.safe_copy import UnsafeEntryError, check_plain_name, copy_file, copy_tree
 
 
 def test_folders_and_regular_files_are_copied_with_their_bits_and_times(tmp_path):

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from kyc.assets.manifest import load_manifest
-from kyc.cli import main
-from kyc.repo.check import check_repository
-from kyc.repo.config import load_config, model_kind, type_name
 from kyc_testing import SHIPPED_REPOSITORY, require_weights
+from kyc_tools.assets.manifest import load_manifest
+from kyc_tools.cli import main
+from kyc_tools.repo.check import check_repository
+from kyc_tools.repo.config import load_config, model_kind, type_name
 
 CONFIGS = sorted(SHIPPED_REPOSITORY.glob("*/config.pbtxt"))
 # ONNX models made from fetched weights (the manifest's models); antifraud, trained
@@ -117,8 +117,8 @@ def test_the_tensorrt_profiles_cover_every_shape_the_python_steps_send():
     from kyc.document.ocr import OcrSettings
     from kyc.document.step import PreprocessSettings
     from kyc.face.preprocess import FaceSettings
-    from kyc.repo.config import model_parameters
     from kyc.settings import from_parameters
+    from kyc_tools.repo.config import model_parameters
 
     def max_shape(model: str) -> list[int]:
         config = load_config(SHIPPED_REPOSITORY / model / "config.pbtxt")

@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from kyc.web import words
-from kyc.web.app import (
+from kyc_tools.web import words
+from kyc_tools.web.app import (
     SECURITY_HEADERS,
     BadInputError,
     RateLimiter,
@@ -25,7 +25,7 @@ from kyc.web.app import (
     same_origin,
     static_dir,
 )
-from kyc.web.upload import decode_image_field
+from kyc_tools.web.upload import decode_image_field
 
 
 class Clock:
@@ -110,7 +110,7 @@ def test_the_advice_shows_the_servers_words_and_the_step_never_an_angle():
 
 
 def test_the_server_is_told_a_digest_of_the_clients_address_not_the_address():
-    from kyc.web.app import client_pseudonym
+    from kyc_tools.web.app import client_pseudonym
 
     assert client_pseudonym("203.0.113.9") == client_pseudonym("203.0.113.9")
     assert client_pseudonym("203.0.113.9") != client_pseudonym("203.0.113.10")
@@ -176,7 +176,7 @@ def test_the_page_is_package_data_with_no_inline_script_and_no_other_host():
 # -- POST /api/verify through the ASGI app, Triton's client stood in for ----------------
 def answer(decision: str = "reject", reasons=("face_mismatch", "high_fraud_score")):
     """kyc_ensemble's answer, with every score and figure its REPORT carries."""
-    from kyc.client import Verification
+    from kyc_tools.client import Verification
 
     return Verification(decision, list(reasons), face_match_score=0.123, liveness_score=0.456,
                         fraud_score=0.971, report={"fraud_features": {"age": 17},

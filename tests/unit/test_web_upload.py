@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from kyc.web.upload import BadInputError, FormReader, body_cap, field_caps, read_upload
+from kyc_tools.web.upload import BadInputError, FormReader, body_cap, field_caps, read_upload
 
 BOUNDARY = "----WebKitFormBoundaryx7Rk2cQz9PqL0e1a"
 MiB = 1024 * 1024

@@ -2,7 +2,7 @@
 
 ``kyc_decision`` builds one vector per request from what the other models found;
 the ``antifraud`` model scores it. The order below is also pinned in
-``kyc/assets/manifest.json`` (``trained.antifraud.features``) and written into the
+``kyc_tools/assets/manifest.json`` (``trained.antifraud.features``) and written into the
 model's metadata (``kyc.features``): ``kyc_decision`` refuses to start when the
 served model was trained on another vector, and a CSV to train on must have
 exactly these columns (plus ``label``).

@@ -1,0 +1,13 @@
+"""``kyc eval``: each model version's quality on labelled data, through the real server.
+
+- :mod:`kyc_tools.eval.metrics`: the field's measures, pure (FNMR/FMR/EER/DET, APCER/BPCER,
+  ROC AUC);
+- :mod:`kyc_tools.eval.data`: the labelled folders and CSV a user points it at;
+- :mod:`kyc_tools.eval.server`: a private Triton over the repository, one version at a time;
+- :mod:`kyc_tools.eval.faces`, :mod:`~kyc_tools.eval.documents`, :mod:`~kyc_tools.eval.liveness`,
+  :mod:`~kyc_tools.eval.antifraud`: the four measures;
+- :mod:`kyc_tools.eval.report`: JSON, Markdown and plots; :mod:`kyc_tools.eval.samples`: the data we
+  may ship the tests with, rendered or fetched.
+
+Tooling: no served model imports it.
+"""

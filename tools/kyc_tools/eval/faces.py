@@ -1,0 +1,165 @@
+"""``kyc eval faces``: genuine and impostor pairs through the served face path, per version.
+
+Each image goes once through ``face_preprocess`` (detection, alignment: the path the
+ensemble takes), each found face once through each version of ``face_embedding``; a
+pair's score is the cosine of its two embeddings (the decision's face_match_score),
+so N images cost N + N x versions requests, not one per pair.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kyc_tools.eval import metrics
+from kyc_tools.eval.calls import array_input, each, error_text
+from kyc_tools.eval.data import FaceImage, read_faces
+from kyc_tools.eval.server import EvalServer, pick_versions
+from kyc_tools.liveness_client import bytes_input
+
+log = logging.getLogger(__name__)
+
+PREPROCESS, EMBEDDING = "face_preprocess", "face_embedding"
+LISTED_PAIRS = 20  # failing pairs named in the report, per kind and version
+
+
+def detect(server: EvalServer, images: Sequence[FaceImage]) -> list[np.ndarray | str]:
+    """Each image's aligned face ([112, 112, 3] uint8), or why there is none."""
+    with server.client() as client:
+
+        def one(image: FaceImage) -> np.ndarray | str:
+            result = client.infer(PREPROCESS, [bytes_input("IMAGE", image.path.read_bytes())])
+            if not bool(result.as_numpy("FACE_FOUND")[0, 0]):
+                return "no face found"
+            return result.as_numpy("FACE")[0]
+
+        found = each(one, images, "faces")
+    return [f"error: {error_text(r)}" if isinstance(r, Exception) else r for r in found]
+
+
+def embed(server: EvalServer, faces: Sequence[np.ndarray], version: int,
+          batch: int) -> np.ndarray:
+    """The embeddings of ``faces`` by ``version``, ``batch`` faces a request."""
+    chunks = [np.stack(faces[k:k + batch]) for k in range(0, len(faces), batch)]
+    with server.client() as client:
+
+        def one(chunk: np.ndarray) -> np.ndarray:
+            result = client.infer(EMBEDDING, [array_input("FACE", chunk, "UINT8")],
+                                  model_version=str(version))
+            return result.as_numpy("EMBEDDING")
+
+        out = each(one, chunks, f"embeddings v{version}", in_flight=2)
+    failed = [r for r in out if isinstance(r, Exception)]
+    if failed:
+        raise RuntimeError(f"{EMBEDDING} version {version}: {error_text(failed[0])}")
+    return np.concatenate(out)  # type: ignore[arg-type]
+
+
+def failing_pairs(pairs: metrics.Pairs, images: Sequence[FaceImage],
+                  threshold: float) -> dict[str, list[dict[str, Any]]]:
+    """The genuine pairs below ``threshold`` and impostor pairs at or above it, worst
+    first, by file name."""
+
+    def listed(scores: np.ndarray, index: Sequence[tuple[int, int]], bad: np.ndarray,
+               worst_first: int) -> list[dict[str, Any]]:
+        order = np.argsort(worst_first * scores)
+        return [{"a": images[index[k][0]].name, "b": images[index[k][1]].name,
+                 "score": round(float(scores[k]), 4)} for k in order if bad[k]][:LISTED_PAIRS]
+
+    return {"genuine_rejected": listed(pairs.genuine, pairs.genuine_index,
+                                       pairs.genuine < threshold, +1),
+            "impostor_accepted": listed(pairs.impostor, pairs.impostor_index,
+                                        pairs.impostor >= threshold, -1)}
+
+
+def run(root: Path, repository: Path, versions: Sequence[int] | None = None,
+        target_fmr: float = 1e-3) -> dict[str, Any]:
+    """Every figure of ``kyc eval faces`` (see :func:`kyc_tools.eval.metrics.face_figures`) per
+    version, the faces not found, and the failing pairs."""
+    images = read_faces(root)
+    versions = pick_versions(repository, EMBEDDING, versions)
+    people = [i.person for i in images]
+    result: dict[str, Any] = {
+        "kind": "faces", "data": str(root), "repository": str(repository),
+        "model": EMBEDDING, "images": len(images), "people": len(set(people)),
+        "threshold_parameter": f"{EMBEDDING}/config.pbtxt: match_threshold", "versions": {},
+    }
+    found: list[np.ndarray | str] = []
+    for version in versions:
+        with EvalServer(repository, [PREPROCESS, EMBEDDING], EMBEDDING, version) as server:
+            if not found:  # the face path does not depend on the embedding's version
+                started = time.perf_counter()
+                found = detect(server, images)
+                result["detect_s"] = round(time.perf_counter() - started, 3)
+                result["threshold"] = float(server.parameters(EMBEDDING)["match_threshold"])
+            usable = [not isinstance(f, str) for f in found]
+            faces = [f for f in found if not isinstance(f, str)]
+            batch = int(server.config(EMBEDDING).get("max_batch_size", 1)) or 1
+            started = time.perf_counter()
+            embeddings = embed(server, faces, version, batch)
+            embed_s = time.perf_counter() - started
+        threshold = result["threshold"]
+        scores = np.full((len(images), len(images)), np.nan)
+        kept = [k for k, ok in enumerate(usable) if ok]
+        scores[np.ix_(kept, kept)] = metrics.cosine_matrix(embeddings)
+        pairs = metrics.pair_scores(scores, people, usable)
+        figures = metrics.face_figures(pairs.genuine, pairs.impostor, threshold, target_fmr)
+        result["versions"][str(version)] = {
+            **figures, "embedding_dims": int(embeddings.shape[1]),
+            "embed_s": round(embed_s, 3),
+            "failing_pairs": failing_pairs(pairs, images, threshold),
+            "_genuine": pairs.genuine, "_impostor": pairs.impostor,
+        }
+        log.info("faces: version %d: %d genuine, %d impostor pairs, FNMR %s FMR %s at %.3f",
+                 version, figures["genuine_pairs"], figures["impostor_pairs"],
+                 metrics.percent(figures["fnmr"]), metrics.percent(figures["fmr"]), threshold)
+    result["faces_found"] = sum(1 for f in found if not isinstance(f, str))
+    result["not_found"] = [{"image": i.name, "why": f} for i, f in zip(images, found, strict=True)
+                           if isinstance(f, str)]
+    result["recommendation"] = recommend(result)
+    return result
+
+
+def impostor_pairs_needed(target_fmr: float) -> int:
+    """Impostor pairs that can show FMR <= ``target_fmr`` with 95% confidence when none
+    is accepted (the rule of three: 3 / n is the upper bound of a zero count)."""
+    return int(np.ceil(3.0 / target_fmr))
+
+
+def recommend(result: dict[str, Any]) -> str:
+    """One line: which version to serve at the target FMR, and the threshold to set."""
+    versions = result["versions"]
+    if not versions:
+        return "nothing measured"
+    target = next(iter(versions.values()))["target_fmr"]
+
+    def key(item: tuple[str, dict]) -> tuple[float, float, int]:
+        v = item[1]
+        return (v["fnmr_at_target_fmr"] if v["fnmr_at_target_fmr"] is not None else 1.0,
+                v["eer"] if v["eer"] is not None else 1.0, -int(item[0]))
+
+    ranked = sorted(versions.items(), key=key)
+    best, figures = ranked[0]
+    at = figures["threshold_at_target_fmr"]
+    line = f"version {best}"
+    if len(ranked) > 1:
+        others = ", ".join(f"version {v}: {metrics.percent(f['fnmr_at_target_fmr'])}"
+                           for v, f in ranked[1:])
+        line += (f": FNMR {metrics.percent(figures['fnmr_at_target_fmr'])} at FMR "
+                 f"{target:g} ({others})")
+    else:
+        line += f": FNMR {metrics.percent(figures['fnmr_at_target_fmr'])} at FMR {target:g}"
+    needed = impostor_pairs_needed(target)
+    if at is not None and figures["impostor_pairs"] >= needed:
+        line += f"; threshold to set: {at:.3f} ({result['threshold_parameter']}"
+        line += f", now {figures['threshold']:g})"
+    elif at is not None:
+        line += (f"; keep the threshold ({figures['threshold']:g}): {figures['impostor_pairs']} "
+                 f"impostor pairs cannot set one for FMR {target:g}, which takes at least "
+                 f"{needed} (the rule of three; here no impostor is accepted from {at:.3f} up)")
+    return line

