@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import queue
 import shutil
 import subprocess
+import sys
 import textwrap
 import threading
 import time
@@ -20,12 +22,14 @@ import tritonclient.grpc as grpcclient
 from onnx import TensorProto, helper
 
 from kyc_tools.client import DEFAULT_RETRY
-from kyc_tools.liveness_client import MOVE_TRIES, LivenessReply, frame_input
+from kyc_tools.liveness_client import MOVE_TRIES, LivenessReply, bytes_input, frame_input
 from kyc_tools.runtime.server import (
-    ServerError,
+    SHM_DIR,
     ServerOptions,
     TritonServer,
     free_port,
+    free_ports,
+    start_until_ready,
 )
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -162,14 +166,74 @@ def require_weights() -> None:
 
 def start_server(repository: Path, log_file: Path, **options) -> TritonServer:
     server = TritonServer(ServerOptions.on_free_ports(repository, **options), log_file=log_file)
-    server.start()
-    try:
-        server.wait_ready(timeout=180)
-    except ServerError as exc:
-        server.stop(grace=5)
-        tail = log_file.read_text(errors="replace")[-4000:] if log_file.exists() else ""
-        raise ServerError(f"{exc}\n--- server log tail ---\n{tail}") from None
-    return server
+    return start_until_ready(server, timeout_s=180, stop_grace_s=5, tail_chars=4000)
+
+
+KYC = [sys.executable, "-m", "kyc_tools.cli"]
+
+
+class ServeProcess:
+    """`kyc serve` on free loopback ports, as a user runs it: its output read line by
+    line, stopped as a user would stop it."""
+
+    def __init__(self, repository: Path, tmp_path: Path, *extra: str,
+                 env: dict[str, str] | None = None) -> None:
+        self.ports = dict(zip(("http", "grpc", "metrics", "status"), free_ports(4), strict=True))
+        self.log = tmp_path / "serve.log"
+        self.proc = subprocess.Popen(
+            [*KYC, "serve", "--model-repository", str(repository),
+             "--http-port", str(self.ports["http"]), "--grpc-port", str(self.ports["grpc"]),
+             "--metrics-port", str(self.ports["metrics"]), "--host", "127.0.0.1",
+             "--status-port", str(self.ports["status"]),
+             "--log-file", str(self.log), *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, **(env or {})},
+        )
+        self.out: list[str] = []
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.ports['http']}"
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+
+    def wait_for_line(self, needle: str, timeout: float = 120) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=0.5)
+            except queue.Empty:
+                if self.proc.poll() is not None and self.lines.empty():
+                    break
+                continue
+            self.out.append(line)
+            if needle in line:
+                return line
+        stderr = self.proc.stderr.read() if self.proc.poll() is not None else ""
+        raise AssertionError(f"no {needle!r} in output: {''.join(self.out)}{stderr}")
+
+    def close(self) -> None:
+        """Stop as a user would (SIGTERM), then by force."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+    def server_pid(self) -> int:
+        out = subprocess.run(["pgrep", "-P", str(self.proc.pid), "tritonserver"],
+                             capture_output=True, text=True).stdout.split()
+        assert len(out) == 1, out
+        return int(out[0])
+
+    def shm_regions(self) -> list[str]:
+        return sorted(p.name for p in SHM_DIR.glob(f"kyc_{self.proc.pid}_*"))
 
 
 REDIS_INSTALL = ("`bash scripts/system-deps.sh \"\" --test` (make unit and make test run it), "
@@ -311,15 +375,8 @@ def ensemble_customers(seed: int) -> list[tuple[bytes, bytes]]:
 
 def ensemble_inputs(document: bytes, selfie: bytes, token: bytes = b"") -> list:
     """kyc_ensemble's three BYTES inputs for one customer."""
-    import numpy as np
-
-    tensors = []
-    for name, value in (("DOCUMENT_IMAGE", document), ("SELFIE_IMAGE", selfie),
-                        ("LIVENESS_TOKEN", token)):
-        tensor = grpcclient.InferInput(name, [1, 1], "BYTES")
-        tensor.set_data_from_numpy(np.array([[value]], dtype=np.object_))
-        tensors.append(tensor)
-    return tensors
+    return [bytes_input(name, value) for name, value in (
+        ("DOCUMENT_IMAGE", document), ("SELFIE_IMAGE", selfie), ("LIVENESS_TOKEN", token))]
 
 
 def scrape(server: TritonServer) -> str:

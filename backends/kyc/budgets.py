@@ -10,7 +10,7 @@ each model's measured queue time against its cap.
 
 Overload: a dynamically batched model can shed instead of queueing without bound,
 with ``dynamic_batching.default_queue_policy { timeout_action: REJECT ... }``. One
-rule gives its timeout (:func:`queue_timeout_us`, rendered by
+rule gives its timeout (:meth:`StepMap.queue_timeout_us`, rendered by
 :func:`kyc_tools.repo.queues.with_queue_policy`):
 
     queue timeout = QUEUE_SHARE x step budget / number of the step's batched models
@@ -24,8 +24,8 @@ on a GPU the compute is a few ms and the share is what queueing may use. A reque
 refused this way gets gRPC UNAVAILABLE ("Request timeout expired", or "Exceeds
 maximum queue size" past ``max_queue_size``), which the client SDK retries.
 
-The SHIPPED configs do not carry the policy yet (measured, docs/_fragments/
-overload-soak.md): in Triton 2.51 any queue policy disables the batcher's
+The SHIPPED configs do not carry the policy yet (measured, docs/reliability.md,
+"Queue policies (not shipped)"): in Triton 2.51 any queue policy disables the batcher's
 prefetching, and its wait for a free instance then loses wake-ups (core
 ``DynamicBatchScheduler::WaitForPayloadSlotAvailable`` waits on ``cv_`` under a
 private mutex): about 1 idle request in 13 stalls 500 ms and, with a timeout under
@@ -37,6 +37,7 @@ batcher (``liveness_sequence``) has no queue policy in Triton 2.51.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 SLA_MS = 8000.0
 BUDGETS_MS: Mapping[str, float] = {
@@ -62,49 +63,38 @@ ADMISSION_BUDGET_MS: Mapping[str, float] = {
     "document_ocr": SLA_MS,
 }
 
-# model -> the step whose budget bounds it
-STEP_OF: Mapping[str, str] = {
-    "liveness_sequence": "liveness",
-    "face_landmarks": "liveness",  # the head pose of each liveness frame
-    "kyc_intake": "intake",
-    "face_preprocess": "face_match",
-    "face_detector": "face_match",
-    "face_embedding": "face_match",
-    "ocr_preprocess": "ocr",
-    "ocr_det": "ocr",
-    "ocr_postprocess": "ocr",
-    "ocr_fields": "ocr",
-    "ocr_rec": "ocr",
-    "antifraud": "antifraud",
-    "kyc_decision": "antifraud",
-}
+@dataclass(frozen=True)
+class StepMap:
+    """Each model's budget step, and the models under the sequence batcher (which has
+    no queue policy in Triton 2.51). Never typed by hand: derived from a repository's
+    configs and its steps' declarations by ``kyc_tools.repo.graph.step_map`` (a Python
+    model's step declares its budget; a model it runs counts to the caller's)."""
 
-# models under the sequence batcher, which has no queue policy (Triton 2.51)
-SEQUENCE_MODELS = frozenset({"liveness_sequence"})
+    step_of: Mapping[str, str]  # model -> its step in BUDGETS_MS
+    sequence: frozenset[str] = frozenset()
 
+    def queue_cap_us(self, model: str) -> float | None:
+        """The most a model may hold a request to batch, in microseconds (None: no step)."""
+        step = self.step_of.get(model)
+        return None if step is None else BUDGETS_MS[step] * QUEUE_SHARE * 1000.0
 
-def queue_cap_us(model: str) -> float | None:
-    """The most a model may hold a request to batch, in microseconds (None: no step)."""
-    step = STEP_OF.get(model)
-    return None if step is None else BUDGETS_MS[step] * QUEUE_SHARE * 1000.0
+    def queue_timeout_us(self, model: str) -> int | None:
+        """The queue timeout the rule above gives ``model``, in microseconds (None: the
+        model has no step, or is not dynamically batched)."""
+        step = self.step_of.get(model)
+        if step is None or model in self.sequence:
+            return None
+        batched = [m for m, s in self.step_of.items() if s == step and m not in self.sequence]
+        return int(BUDGETS_MS[step] * QUEUE_SHARE * 1000.0 / len(batched))
 
 
-def queue_timeout_us(model: str) -> int | None:
-    """The queue timeout the rule above gives ``model``, in microseconds (None: the
-    model has no step, or is not dynamically batched)."""
-    step = STEP_OF.get(model)
-    if step is None or model in SEQUENCE_MODELS:
-        return None
-    batched = [m for m, s in STEP_OF.items() if s == step and m not in SEQUENCE_MODELS]
-    return int(BUDGETS_MS[step] * QUEUE_SHARE * 1000.0 / len(batched))
-
-
-def queue_against_budget(model_stats: Mapping[str, Mapping[str, float]]) -> dict[str, dict]:
+def queue_against_budget(model_stats: Mapping[str, Mapping[str, float]], steps: StepMap
+                         ) -> dict[str, dict]:
     """Each budgeted model's measured mean queue time (``model_stats`` of one bench
     level) against its cap: {"queue_ms", "cap_ms", "within"}."""
     out = {}
     for model, stats in model_stats.items():
-        cap = queue_cap_us(model)
+        cap = steps.queue_cap_us(model)
         if cap is not None and stats.get("queue_us") is not None:  # None: no request
             out[model] = {"queue_ms": round(stats["queue_us"] / 1000.0, 1),
                           "cap_ms": round(cap / 1000.0, 1),

@@ -26,7 +26,8 @@ import onnx
 
 from kyc_tools.assets.files import replace_file
 from kyc_tools.repo.check import check_model
-from kyc_tools.repo.config_edit import set_string_parameter
+from kyc_tools.repo.config import DataType, ModelConfig
+from kyc_tools.repo.config_edit import format_config, set_string_parameter
 from kyc_tools.repo.publish import PublishError, publish
 
 from .errors import ConversionError
@@ -34,28 +35,17 @@ from .errors import ConversionError
 MODEL_NAME = "face_antispoof"
 LIVENESS_MODEL = "liveness_sequence"
 
-CONFIG_TEMPLATE = """\
+# What the model is and how liveness_sequence calls it: the config's header comment.
+CONFIG_HEADER = """\
 # Passive anti-spoofing (presentation attack detection), published by
 # `kyc models antispoof publish` from a MiniFASNet-style checkpoint.
 # Contract: CROP, the face box enlarged {scale} times around its centre and
 # resized to {size}x{size} (RGB uint8; kyc.liveness.crop.context_crop) ->
 # PROBS (softmax over the checkpoint's 3 classes) and REAL (class 1, real face).
 # liveness_sequence calls it when its antispoof_model parameter names it.
-name: "{name}"
-platform: "onnxruntime_onnx"
-max_batch_size: 32
-input [
-  {{ name: "CROP" data_type: TYPE_UINT8 dims: [ {size}, {size}, 3 ] }}
-]
-output [
-  {{ name: "PROBS" data_type: TYPE_FP32 dims: [ 3 ] }},
-  {{ name: "REAL" data_type: TYPE_FP32 dims: [ 1 ] }}
-]
-instance_group [ {{ count: 1 }} ]
-dynamic_batching {{
-  max_queue_delay_microseconds: 2000
-}}
 """
+MAX_BATCH_SIZE = 32
+MAX_QUEUE_DELAY_US = 2000
 
 
 @dataclass(frozen=True)
@@ -66,8 +56,23 @@ class AntispoofPublished:
     liveness_config: Path
 
 
+def model_config(name: str, size: int) -> ModelConfig:
+    """``name``'s config: CROP uint8 [size, size, 3] -> PROBS fp32 [3], REAL fp32 [1],
+    batched dynamically on one instance."""
+    uint8, fp32 = DataType.Value("TYPE_UINT8"), DataType.Value("TYPE_FP32")
+    config = ModelConfig(name=name, platform="onnxruntime_onnx", max_batch_size=MAX_BATCH_SIZE)
+    config.input.add(name="CROP", data_type=uint8, dims=[size, size, 3])
+    config.output.add(name="PROBS", data_type=fp32, dims=[3])
+    config.output.add(name="REAL", data_type=fp32, dims=[1])
+    config.instance_group.add(count=1)
+    config.dynamic_batching.max_queue_delay_microseconds = MAX_QUEUE_DELAY_US
+    return config
+
+
 def config_text(name: str, scale: float, size: int) -> str:
-    return CONFIG_TEMPLATE.format(name=name, scale=f"{scale:g}", size=size)
+    """:func:`model_config` as pbtxt (protobuf's text format), under its header comment."""
+    return (CONFIG_HEADER.format(scale=f"{scale:g}", size=size)
+            + format_config(model_config(name, size)))
 
 
 def real_as_column(model: onnx.ModelProto) -> onnx.ModelProto:

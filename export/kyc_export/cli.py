@@ -105,25 +105,20 @@ def _add_repository_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_arcface_parser(actions: argparse._SubParsersAction) -> None:
-    arcface = actions.add_parser(
+    publish = _add_network_parser(
+        actions,
         "arcface",
+        _add_arcface_source,
         help="export your own ArcFace IResNet checkpoint as face_embedding",
         description="Export an insightface arcface_torch IResNet state_dict (backbone.pth) to "
         "ONNX with face_embedding's contract baked in (FACE uint8 [N,112,112,3] RGB -> "
         "EMBEDDING float32 [N,D], L2-normalised), checked against PyTorch with onnxruntime. "
         f"Needs PyTorch: {ARCFACE_INSTALL_HINT}.",
-    )
-    publish = _add_export_and_publish(
-        arcface,
-        "arcface_action",
-        _add_arcface_source,
-        help="publish as the next version of face_embedding; prints the version number",
-        description="Export, check, then publish the model as the next version of the model "
-        "and set the config's EMBEDDING dims (and match_threshold) to fit it, with no moment "
-        "at which a server could load a config with a version that does not fit it.",
-    )
-    publish.add_argument(
-        "--model", default="face_embedding", metavar="NAME", help="default: face_embedding"
+        publish_help="publish as the next version of face_embedding; prints the version number",
+        publish_description="Export, check, then publish the model as the next version of the "
+        "model and set the config's EMBEDDING dims (and match_threshold) to fit it, with no "
+        "moment at which a server could load a config with a version that does not fit it.",
+        model="face_embedding",
     )
     publish.add_argument(
         "--match-threshold",
@@ -135,46 +130,49 @@ def _add_arcface_parser(actions: argparse._SubParsersAction) -> None:
 
 
 def _add_antispoof_parser(actions: argparse._SubParsersAction) -> None:
-    antispoof = actions.add_parser(
+    _add_network_parser(
+        actions,
         "antispoof",
+        _add_antispoof_source,
         help="export your own MiniFASNet checkpoint as face_antispoof (passive PAD)",
         description="Export a MiniFASNet-style anti-spoofing state_dict (e.g. "
         "2.7_80x80_MiniFASNetV2.pth: scale, input size and architecture are read from the "
         "name) to ONNX with its input preparation baked in (CROP uint8 [N,80,80,3] RGB -> "
         "PROBS, REAL), checked against PyTorch with onnxruntime. No trained weights ship "
         f"with this project. Needs PyTorch: {ARCFACE_INSTALL_HINT}.",
-    )
-    publish = _add_export_and_publish(
-        antispoof,
-        "antispoof_action",
-        _add_antispoof_source,
-        help="publish as face_antispoof and switch liveness_sequence's passive PAD on",
-        description="Export, check, publish as the next version of face_antispoof (the "
+        publish_help="publish as face_antispoof and switch liveness_sequence's passive PAD on",
+        publish_description="Export, check, publish as the next version of face_antispoof (the "
         "model and its config are created when new), then set liveness_sequence's "
         "antispoof_model, antispoof_scale and antispoof_size parameters. Prints the version.",
+        model="face_antispoof",
     )
-    publish.add_argument("--model", default="face_antispoof", metavar="NAME",
-                         help="default: face_antispoof")
 
 
-def _add_export_and_publish(
-    parser: argparse.ArgumentParser,
-    dest: str,
+def _add_network_parser(
+    actions: argparse._SubParsersAction,
+    name: str,
     add_source: Callable[[argparse.ArgumentParser], None],
     *,
     help: str,
     description: str,
+    publish_help: str,
+    publish_description: str,
+    model: str,
 ) -> argparse.ArgumentParser:
-    """The steps ``export`` (to a file) and ``publish`` (with this ``help`` and
-    ``description``), both taking the network's source; returns ``publish``'s parser."""
-    steps = parser.add_subparsers(dest=dest, metavar="{export,publish}")
+    """``kyc models <name>`` (with this ``help`` and ``description``), a network exported
+    from your checkpoint: the steps ``export`` (to a file) and ``publish`` (into the
+    repository as ``--model``, default ``model``), both taking the network's source
+    (``add_source``); returns ``publish``'s parser."""
+    parser = actions.add_parser(name, help=help, description=description)
+    steps = parser.add_subparsers(dest=f"{name}_action", metavar="{export,publish}")
     steps.required = True
     export = steps.add_parser("export", help="write model.onnx and print the parity figures")
     add_source(export)
     export.add_argument("--out", type=Path, required=True, metavar="FILE", help="ONNX file")
-    publish = steps.add_parser("publish", help=help, description=description)
+    publish = steps.add_parser("publish", help=publish_help, description=publish_description)
     add_source(publish)
     _add_repository_option(publish)
+    publish.add_argument("--model", default=model, metavar="NAME", help=f"default: {model}")
     return publish
 
 

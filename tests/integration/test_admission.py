@@ -15,7 +15,6 @@ import statistics
 import threading
 import time
 
-import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
@@ -32,6 +31,7 @@ from kyc_testing import (
     scrape,
     start_server,
 )
+from kyc_tools.liveness_client import bytes_input
 from loadgen import OK, closed_loop_rate, percentile, run_open_loop, summarize, triton_starter
 
 pytestmark = pytest.mark.integration
@@ -187,9 +187,7 @@ def test_beyond_capacity_customers_are_shed_at_once_and_admitted_ones_stay_insid
 
 
 def face_input(image: bytes) -> list:
-    tensor = grpcclient.InferInput("IMAGE", [1, 1], "BYTES")
-    tensor.set_data_from_numpy(np.array([[image]], dtype=np.object_))
-    return [tensor]
+    return [bytes_input("IMAGE", image)]
 
 
 def test_sequential_customers_are_all_admitted_and_a_bad_image_holds_no_place(

@@ -11,11 +11,11 @@ import json
 
 import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
 from PIL import Image
 
 from kyc_testing import concurrently_as_a_client
 from kyc_tools.assets import fetch
+from kyc_tools.liveness_client import bytes_input
 from kyc_tools.runtime.server import is_ready
 from kyc_tools.synthetic.document import (
     Degradation,
@@ -30,12 +30,6 @@ DOCUMENTS = 30
 CHECKS = ("document_number", "birth_date", "expiry_date", "optional_data", "composite")
 
 
-def image_input(data: bytes) -> grpcclient.InferInput:
-    tensor = grpcclient.InferInput("IMAGE", [1, 1], "BYTES")
-    tensor.set_data_from_numpy(np.array([[data]], dtype=np.object_))
-    return tensor
-
-
 def read_all(server, images: list[bytes]) -> list:
     """document_ocr on every image, sent concurrently in groups (so requests batch); a
     request shed by admission control (a busy machine) is sent again, as a client does."""
@@ -43,7 +37,7 @@ def read_all(server, images: list[bytes]) -> list:
     for start in range(0, len(images), 8):
         group = images[start: start + 8]
         results += concurrently_as_a_client(server.options.grpc_url, "document_ocr",
-                                            [[image_input(i)] for i in group])
+                                            [[bytes_input("IMAGE", i)] for i in group])
     return results
 
 

@@ -12,9 +12,15 @@ import time
 import uuid
 
 import pytest
-from test_serve_cli import ServeProcess
 
-from kyc_testing import SHIPPED_REPOSITORY, Person, copy_tree, perform_on, require_weights
+from kyc_testing import (
+    SHIPPED_REPOSITORY,
+    Person,
+    ServeProcess,
+    copy_tree,
+    perform_on,
+    require_weights,
+)
 from kyc_tools.liveness_client import LivenessCapture, LivenessReply
 
 pytestmark = pytest.mark.integration

@@ -33,17 +33,11 @@ from kyc_testing import (
 )
 from kyc_tools.assets.fetch import fetch_test_photos
 from kyc_tools.client import NO_RETRY, KycClient, KycUnavailableError
-from kyc_tools.liveness_client import LivenessReply
+from kyc_tools.liveness_client import LivenessReply, bytes_input
 from kyc_tools.repo.config import load_config
 from kyc_tools.runtime.server import SHM_DIR, ServerOptions, TritonServer, is_ready
 
 pytestmark = pytest.mark.integration
-
-
-def one(name: str, value: bytes) -> grpcclient.InferInput:
-    tensor = grpcclient.InferInput(name, [1, 1], "BYTES")
-    tensor.set_data_from_numpy(np.array([[value]], dtype=np.object_))
-    return tensor
 
 
 # liveness_sequence's instances in the shipped config (its stubs are <model>_0_<k>)
@@ -90,15 +84,16 @@ def test_a_killed_stub_fails_its_models_requests_clearly_while_the_others_serve(
     server, _, _ = served
     selfie, _ = person
     client = grpcclient.InferenceServerClient(server.options.grpc_url)
-    assert client.infer("face_preprocess", [one("IMAGE", selfie)]).as_numpy("FACE_FOUND")[0, 0]
-    face = client.infer("face_preprocess", [one("IMAGE", selfie)]).as_numpy("FACE")
+    assert client.infer("face_preprocess",
+                        [bytes_input("IMAGE", selfie)]).as_numpy("FACE_FOUND")[0, 0]
+    face = client.infer("face_preprocess", [bytes_input("IMAGE", selfie)]).as_numpy("FACE")
     old = stub_pid(server.process.pid, "face_preprocess_0_0")
     assert old is not None
     os.kill(old, signal.SIGKILL)
     seen = []
     for _ in range(5):
         with pytest.raises(InferenceServerException) as failure:
-            client.infer("face_preprocess", [one("IMAGE", selfie)], client_timeout=30)
+            client.infer("face_preprocess", [bytes_input("IMAGE", selfie)], client_timeout=30)
         seen.append((str(failure.value.status()), failure.value.message()))
         time.sleep(1)
     print(f"\nkilled face_preprocess stub: {seen[0]}; server ready: "

@@ -35,8 +35,8 @@ from kyc_testing import (
     start_server,
 )
 from kyc_tools.assets.fetch import fetch_test_photos
-from kyc_tools.bench.core import process_memory
 from kyc_tools.bench.procmem import resident_by_kind
+from kyc_tools.bench.stats import process_memory
 from kyc_tools.repo.config import load_config
 from kyc_tools.runtime.procs import children, stub_instance
 from kyc_tools.runtime.server import is_ready

@@ -12,29 +12,24 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from PIL import Image
-from test_poll_publish import Load, kyc_publish, states
 
 from kyc_testing import (
     SHIPPED_REPOSITORY,
     Person,
     copy_tree,
+    ensemble_inputs,
     liveness_step,
     play_moves,
     require_weights,
     start_server,
 )
 from kyc_tools.assets.fetch import fetch_test_photos
-from kyc_tools.liveness_client import LivenessReply
+from kyc_tools.liveness_client import LivenessReply, bytes_input
 from kyc_tools.runtime.procs import stub_files
 from kyc_tools.synthetic.document import Degradation, random_identity, render_document
+from live_publish import Load, kyc_publish, states
 
 pytestmark = pytest.mark.integration
-
-
-def one(name: str, value: bytes) -> grpcclient.InferInput:
-    tensor = grpcclient.InferInput(name, [1, 1], "BYTES")
-    tensor.set_data_from_numpy(np.array([[value]], dtype=np.object_))
-    return tensor
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +56,7 @@ def wait_state(server, model: str, version: str, state: str, timeout: float = 60
 
 
 def stubs(server) -> int:
-    from kyc_tools.bench.core import process_memory
+    from kyc_tools.bench.stats import process_memory
 
     return process_memory(server.process.pid)["stub_processes"]
 
@@ -89,10 +84,8 @@ def test_publishing_onnx_python_and_broken_versions_under_kyc_load_fails_no_requ
     document = render_document(random_identity(rng), "td3", portrait, Degradation(), rng)
     selfie = photos["person_a_2"].read_bytes()
     url = server.options.grpc_url
-    kyc = Load(url, "kyc_ensemble", [one("DOCUMENT_IMAGE", document.jpeg_bytes()),
-                                     one("SELFIE_IMAGE", selfie), one("LIVENESS_TOKEN", b"")],
-               "REPORT")
-    face = Load(url, "face_preprocess", [one("IMAGE", selfie)], "FACE_FOUND")
+    kyc = Load(url, "kyc_ensemble", ensemble_inputs(document.jpeg_bytes(), selfie), "REPORT")
+    face = Load(url, "face_preprocess", [bytes_input("IMAGE", selfie)], "FACE_FOUND")
     before = stubs(server)
     for load in (kyc, face):
         load.start()

@@ -28,14 +28,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from test_kyc_ensemble import document, token_of, verify
-from test_poll_publish import load_inputs
 
-from kyc_testing import SHIPPED_REPOSITORY
+from kyc_customers import document, token_of, verify
+from kyc_testing import SHIPPED_REPOSITORY, ensemble_inputs
 from kyc_tools.assets.fetch import fetch_test_photos
 from kyc_tools.cli import main
 from kyc_tools.runtime.server import ServerOptions, free_port, is_ready, repository_index
 from kyc_tools.synthetic.document import random_identity
+from live_publish import load_inputs
 
 pytestmark = pytest.mark.integration
 
@@ -185,13 +185,7 @@ def test_a_bad_image_gets_its_own_clean_error_and_the_container_stays_healthy(
 ):
     doc = sent_document(container, photos, 3)
     selfie = photos["person_a_2"].read_bytes()
-    tensors = [("DOCUMENT_IMAGE", doc[: len(doc) // 2]), ("SELFIE_IMAGE", selfie),
-               ("LIVENESS_TOKEN", b"")]
-    inputs = []
-    for name, value in tensors:
-        tensor = grpcclient.InferInput(name, [1, 1], "BYTES")
-        tensor.set_data_from_numpy(np.array([[value]], dtype=np.object_))
-        inputs.append(tensor)
+    inputs = ensemble_inputs(doc[: len(doc) // 2], selfie)
 
     with pytest.raises(Exception) as refused:
         container.client.infer("kyc_ensemble", inputs)

@@ -11,10 +11,8 @@ approves them (the last tests).
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
-from datetime import date, timedelta
 
 import numpy as np
 import pytest
@@ -22,49 +20,17 @@ import tritonclient.grpc as grpcclient
 from PIL import Image
 from tritonclient.utils import InferenceServerException
 
-from kyc_testing import SHIPPED_REPOSITORY, Person, concurrently, copy_tree, live_session
+from kyc_customers import document, token_of, verify
+from kyc_testing import SHIPPED_REPOSITORY, concurrently, copy_tree, ensemble_inputs
 from kyc_tools.assets.fetch import fetch_test_photos
 from kyc_tools.runtime.server import is_ready
-from kyc_tools.synthetic.document import (
-    Degradation,
-    alter_mrz_digit,
-    random_identity,
-    render_document,
-)
 
 pytestmark = pytest.mark.integration
-
-
-def rgb(path) -> np.ndarray:
-    return np.asarray(Image.open(path).convert("RGB"))
 
 
 @pytest.fixture(scope="module")
 def photos():
     return fetch_test_photos()
-
-
-def document(photos, seed: int, *, expired: bool = False, forged: bool = False,
-             underage: bool = False) -> bytes:
-    rng = np.random.default_rng(seed)
-    identity = random_identity(rng, expired=expired)
-    if underage:
-        identity = dataclasses.replace(identity, birth_date=date.today() - timedelta(days=15 * 365))
-    portrait = rgb(photos["person_a_1"])
-    lines = None
-    if forged:
-        genuine = render_document(identity, "td3", None, None, rng)
-        lines, _ = alter_mrz_digit(list(genuine.mrz_lines), rng)
-    return render_document(identity, "td3", portrait, Degradation(), rng,
-                           mrz_lines=lines).jpeg_bytes()
-
-
-def token_of(server, client, photos, role: str, application: str | None = None) -> bytes:
-    replies = live_session(server.options.grpc_url, Person(server.options.grpc_url, role),
-                           application=application)
-    end = replies[-1]
-    assert not isinstance(end, Exception) and end.is_live, end
-    return end.token
 
 
 @pytest.fixture(scope="module")
@@ -75,27 +41,6 @@ def token_a(server, client, photos) -> bytes:
 @pytest.fixture(scope="module")
 def token_other(server, client, photos) -> bytes:
     return token_of(server, client, photos, "impostor_2")
-
-
-def inputs(doc: bytes, selfie: bytes, token: bytes) -> list:
-    tensors = []
-    for name, value in (("DOCUMENT_IMAGE", doc), ("SELFIE_IMAGE", selfie),
-                        ("LIVENESS_TOKEN", token)):
-        tensor = grpcclient.InferInput(name, [1, 1], "BYTES")
-        tensor.set_data_from_numpy(np.array([[value]], dtype=np.object_))
-        tensors.append(tensor)
-    return tensors
-
-
-def verify(client, doc: bytes, selfie: bytes, token: bytes = b"",
-           application: str | None = None) -> dict:
-    result = client.infer("kyc_ensemble", inputs(doc, selfie, token),
-                          parameters={"kyc_application": application} if application else None)
-    report = json.loads(result.as_numpy("REPORT")[0, 0])
-    assert result.as_numpy("DECISION")[0, 0].decode() == report["decision"]
-    report["_scores"] = {k: float(result.as_numpy(k)[0, 0])
-                         for k in ("FACE_MATCH_SCORE", "LIVENESS_SCORE", "FRAUD_SCORE")}
-    return report
 
 
 def test_the_same_live_person_with_a_valid_document_lacks_only_passive_pad(
@@ -175,8 +120,8 @@ def test_an_altered_token_is_rejected_as_invalid(client, photos, token_a):
 
 def test_garbage_in_a_concurrent_batch_fails_alone(server, photos, token_a):
     doc, selfie = document(photos, 6), photos["person_a_2"].read_bytes()
-    batch = [inputs(doc, selfie, b""), inputs(doc, b"\x00garbage", token_a),
-             inputs(doc, selfie, b""), inputs(b"not an image", selfie, b"")]
+    batch = [ensemble_inputs(doc, selfie, b""), ensemble_inputs(doc, b"\x00garbage", token_a),
+             ensemble_inputs(doc, selfie, b""), ensemble_inputs(b"not an image", selfie, b"")]
     results = concurrently(server.options.grpc_url, "kyc_ensemble", batch)
     decisions = [None if isinstance(r, Exception) else r.as_numpy("DECISION")[0, 0].decode()
                  for r in results]
@@ -206,7 +151,8 @@ def test_a_bad_image_is_refused_at_intake_before_any_other_step_of_its_request_r
     steps = ("face_preprocess", "ocr_preprocess")
     before = {m: requests_seen(client, m) for m in steps}
     results = concurrently(server.options.grpc_url, "kyc_ensemble",
-                           [inputs(d, s, b"") for d, s, _ in bad] + [inputs(doc, selfie, b"")])
+                           [ensemble_inputs(d, s, b"") for d, s, _ in bad]
+                           + [ensemble_inputs(doc, selfie, b"")])
     for result, (_, _, message) in zip(results, bad, strict=False):
         assert isinstance(result, Exception) and "INVALID_ARGUMENT" in str(result.status())
         assert message in result.message(), result.message()

@@ -17,20 +17,16 @@ from kyc_testing import (
     SHIPPED_REPOSITORY,
     Person,
     copy_tree,
+    ensemble_inputs,
     live_session,
     require_weights,
     start_server,
 )
 from kyc_tools.assets.fetch import fetch_test_photos
+from kyc_tools.liveness_client import bytes_input
 from kyc_tools.synthetic.document import Degradation, random_identity, render_document
 
 pytestmark = pytest.mark.integration
-
-
-def one(name: str, value: bytes) -> grpcclient.InferInput:
-    tensor = grpcclient.InferInput(name, [1, 1], "BYTES")
-    tensor.set_data_from_numpy(np.array([[value]], dtype=np.object_))
-    return tensor
 
 
 @pytest.fixture(scope="module")
@@ -66,25 +62,23 @@ def flows(tmp_path_factory):
 
         decisions = []
         for document, face in ((documents[0], selfie), (documents[1], impostor)):
-            result = client.infer("kyc_ensemble", [one("DOCUMENT_IMAGE", document),
-                                                   one("SELFIE_IMAGE", face),
-                                                   one("LIVENESS_TOKEN", end.token)])
+            result = client.infer("kyc_ensemble", ensemble_inputs(document, face, end.token))
             decisions.append(json.loads(result.as_numpy("REPORT")[0, 0])["decision"])
         assert decisions == ["review", "reject"]  # review: no passive PAD is shipped
-        ocr = json.loads(client.infer("document_ocr", [one("IMAGE", documents[0])])
+        ocr = json.loads(client.infer("document_ocr", [bytes_input("IMAGE", documents[0])])
                          .as_numpy("DOCUMENT")[0, 0])
         assert ocr["fields"]["document_number"] in secrets["text"]
-        face = client.infer("face_preprocess", [one("IMAGE", selfie)]).as_numpy("FACE")
+        face = client.infer("face_preprocess", [bytes_input("IMAGE", selfie)]).as_numpy("FACE")
         tensor = grpcclient.InferInput("FACE", list(face.shape), "UINT8")
         tensor.set_data_from_numpy(face)
         embedding = client.infer("face_embedding", [tensor]).as_numpy("EMBEDDING")[0]
         secrets["floats"] = [float(v) for v in embedding if abs(v) > 0.05][:6]
         # bad input: an undecodable image, a garbage token
         with pytest.raises(Exception, match=r"INVALID_ARG|not a JPEG"):
-            client.infer("face_preprocess", [one("IMAGE", b"\xff\xd8\xff" + selfie[100:400])])
-        client.infer("kyc_ensemble", [one("DOCUMENT_IMAGE", documents[1]),
-                                      one("SELFIE_IMAGE", selfie),
-                                      one("LIVENESS_TOKEN", b"kyc1." + end.token[5:60])])
+            client.infer("face_preprocess",
+                         [bytes_input("IMAGE", b"\xff\xd8\xff" + selfie[100:400])])
+        client.infer("kyc_ensemble",
+                     ensemble_inputs(documents[1], selfie, b"kyc1." + end.token[5:60]))
     finally:
         client.close()
         server.stop()

@@ -30,14 +30,11 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from kyc.budgets import (
-    BUDGETS_MS,
-    STEP_OF,
-    queue_timeout_us,
-)
+from kyc.budgets import BUDGETS_MS
 from kyc_testing import SHIPPED_REPOSITORY, copy_tree, require_weights, start_server
 from kyc_tools.assets.fetch import fetch_test_photos
 from kyc_tools.client import KycClient, RetryPolicy
+from kyc_tools.repo.graph import build_graph, step_map
 from kyc_tools.repo.queues import configured_queue_policy, with_queue_policy
 from loadgen import OK, closed_loop_rate, run_open_loop, summarize, triton_starter
 
@@ -53,6 +50,7 @@ OVERLOAD = 3.0
 BATCH_MARGIN = 1.5
 RPC_SLACK_MS = 50.0
 LOAD_S = 20.0
+STEPS = step_map(build_graph(SHIPPED_REPOSITORY))  # derived budget steps (kyc.budgets)
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +61,7 @@ def server(tmp_path_factory):
     config = repository / MODEL / "config.pbtxt"
     text = config.read_text()
     config.unlink()
-    config.write_text(with_queue_policy(text, MODEL))
+    config.write_text(with_queue_policy(text, MODEL, STEPS))
     server = start_server(repository, root / "tritonserver.log")
     yield server
     server.stop()
@@ -134,11 +132,11 @@ def test_beyond_capacity_requests_are_shed_with_unavailable_and_accepted_ones_st
     sdk.close()
 
     summary = summarize(outcomes)
-    timeout_ms = queue_timeout_us(MODEL) / 1000.0
+    timeout_ms = STEPS.queue_timeout_us(MODEL) / 1000.0
     bound_ms = timeout_ms + BATCH_MARGIN * batch_ms + RPC_SLACK_MS
     print(f"\noverload: idle {idle_ms:.0f} ms, batch of 8 {batch_ms:.0f} ms, capacity "
           f"{capacity:.2f}/s, offered {rate:.2f}/s for {LOAD_S:.0f} s: {summary}; "
-          f"bound {bound_ms:.0f} ms (budget {BUDGETS_MS[STEP_OF[MODEL]]:.0f} ms); "
+          f"bound {bound_ms:.0f} ms (budget {BUDGETS_MS[STEPS.step_of[MODEL]]:.0f} ms); "
           f"after {after_ms:.0f} ms")
 
     statuses = summary["statuses"]
@@ -160,5 +158,5 @@ def test_beyond_capacity_requests_are_shed_with_unavailable_and_accepted_ones_st
 def test_the_loaded_face_preprocess_runs_with_the_rules_reject_policy(server):
     policy = configured_queue_policy(server.options.model_repository, MODEL)
     assert policy is not None and policy.timeout_action == "REJECT"
-    assert policy.timeout_us == queue_timeout_us(MODEL)
+    assert policy.timeout_us == STEPS.queue_timeout_us(MODEL)
     assert configured_queue_policy(server.options.model_repository, "face_detector") is None

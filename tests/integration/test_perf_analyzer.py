@@ -28,7 +28,7 @@ def test_it_is_the_servers_release(installed):
 
 
 def test_it_measures_face_preprocess_from_real_photos(installed, server, tmp_path):
-    from kyc_tools.bench.core import face_photos
+    from kyc_tools.bench.models import face_photos
 
     inputs = perf_analyzer.write_input_data(tmp_path / "in.json",
                                             [{"IMAGE": image(p)} for p in face_photos()])

@@ -14,7 +14,6 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import yaml
@@ -22,6 +21,7 @@ from tritonclient.utils import InferenceServerException
 
 from kyc_testing import PROJECT_ROOT, SHIPPED_REPOSITORY
 from kyc_tools.cli import main
+from kyc_tools.liveness_client import bytes_input
 from kyc_tools.ops import dashboard, prometheus
 from kyc_tools.ops.models import served_models
 from kyc_tools.runtime.server import free_port
@@ -105,8 +105,7 @@ def scraped(server, tmp_path_factory):
         # live; review: no passive PAD is shipped
         assert main([*verify, "--demo-frames-from", str(samples / "selfie.jpg")]) == 3
         with grpcclient.InferenceServerClient(server.options.grpc_url) as client:
-            garbage = grpcclient.InferInput("IMAGE", [1, 1], "BYTES")
-            garbage.set_data_from_numpy(np.array([[b"not an image"]], dtype=np.object_))
+            garbage = bytes_input("IMAGE", b"not an image")
             for model in ("document_ocr", "face_preprocess"):
                 with pytest.raises(InferenceServerException, match="not a JPEG, PNG or WebP"):
                     client.infer(model, [garbage])

@@ -14,11 +14,11 @@ import secrets
 
 import pytest
 import tritonclient.grpc as grpcclient
-from test_kyc_ensemble import verify as kyc_verify
 from tritonclient.utils import InferenceServerException
 
 from kyc.decision.ledger import ENV_LEDGER
 from kyc.liveness.token import ENV_KEY, ENV_KEY_FILE, key_id, load_key
+from kyc_customers import verify as kyc_verify
 from kyc_testing import (
     SHIPPED_REPOSITORY,
     Person,

@@ -5,12 +5,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import queue
 import signal
 import stat
 import subprocess
-import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -23,76 +20,12 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from kyc.liveness.token import create_key_file
-from kyc_testing import build_tiny_repository, write_echo_version
+from kyc_testing import KYC, ServeProcess, build_tiny_repository, write_echo_version
 from kyc_tools.channel import CLIENT_KEY_ENV, CLIENT_KEY_HEADER, as_channel
 from kyc_tools.runtime.procs import children, is_running, stub_instance
-from kyc_tools.runtime.server import SHM_DIR, free_port, free_ports, is_ready
+from kyc_tools.runtime.server import free_port, is_ready
 
 pytestmark = pytest.mark.integration
-
-KYC = [sys.executable, "-m", "kyc_tools.cli"]
-
-
-class ServeProcess:
-    def __init__(self, repository: Path, tmp_path: Path, *extra: str,
-                 env: dict[str, str] | None = None) -> None:
-        self.ports = dict(zip(("http", "grpc", "metrics", "status"), free_ports(4), strict=True))
-        self.log = tmp_path / "serve.log"
-        self.proc = subprocess.Popen(
-            [*KYC, "serve", "--model-repository", str(repository),
-             "--http-port", str(self.ports["http"]), "--grpc-port", str(self.ports["grpc"]),
-             "--metrics-port", str(self.ports["metrics"]), "--host", "127.0.0.1",
-             "--status-port", str(self.ports["status"]),
-             "--log-file", str(self.log), *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, **(env or {})},
-        )
-        self.out: list[str] = []
-        self.lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    @property
-    def http_url(self) -> str:
-        return f"127.0.0.1:{self.ports['http']}"
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line)
-
-    def wait_for_line(self, needle: str, timeout: float = 120) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                line = self.lines.get(timeout=0.5)
-            except queue.Empty:
-                if self.proc.poll() is not None and self.lines.empty():
-                    break
-                continue
-            self.out.append(line)
-            if needle in line:
-                return line
-        stderr = self.proc.stderr.read() if self.proc.poll() is not None else ""
-        raise AssertionError(f"no {needle!r} in output: {''.join(self.out)}{stderr}")
-
-    def close(self) -> None:
-        """Stop as a user would (SIGTERM), then by force."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-
-    def server_pid(self) -> int:
-        out = subprocess.run(["pgrep", "-P", str(self.proc.pid), "tritonserver"],
-                             capture_output=True, text=True).stdout.split()
-        assert len(out) == 1, out
-        return int(out[0])
-
-    def shm_regions(self) -> list[str]:
-        return sorted(p.name for p in SHM_DIR.glob(f"kyc_{self.proc.pid}_*"))
-
 
 @pytest.fixture
 def repository(tmp_path):

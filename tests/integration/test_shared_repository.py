@@ -11,8 +11,6 @@ import subprocess
 import sys
 
 import pytest
-from test_hand_drops import rsync_like_copy, wait_refused
-from test_poll_publish import Load, kyc_publish, load_inputs
 
 from kyc_testing import (
     SHIPPED_REPOSITORY,
@@ -20,6 +18,7 @@ from kyc_testing import (
     start_server,
     write_echo_version,
 )
+from live_publish import Load, kyc_publish, load_inputs, rsync_like_copy, wait_refused
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from kyc_testing import ensemble_customers, ensemble_inputs
-from kyc_tools.bench.core import process_memory
+from kyc_tools.bench.stats import process_memory
 from loadgen import closed_loop_rate, run_open_loop, split_by_time, summarize, triton_starter
 
 pytestmark = pytest.mark.integration

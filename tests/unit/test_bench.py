@@ -14,23 +14,17 @@ import pytest
 
 from kyc_testing import SHIPPED_REPOSITORY
 from kyc_tools import cli
-from kyc_tools.bench import core as bench
-from kyc_tools.bench.core import (
-    BenchOptions,
+from kyc_tools.bench.measure import (
     Measurement,
-    Window,
-    copy_repository,
-    format_table,
     level_figures,
     measure_batches,
     measure_level,
-    model_stats,
     percentile,
-    pipeline_steps,
-    server_times,
-    stats_totals,
-    summarize,
 )
+from kyc_tools.bench.models import check_weights, copy_repository, pipeline_steps
+from kyc_tools.bench.options import GROUPS, BenchError, BenchOptions, Window
+from kyc_tools.bench.stats import STAGES, model_stats, process_memory, server_times, stats_totals
+from kyc_tools.bench.summary import format_table, machine, summarize, write_json
 from kyc_tools.cli import build_parser
 
 TINY = Window(warmup_s=0.05, window_s=0.2, min_requests=5, max_s=2.0)
@@ -95,7 +89,7 @@ def test_a_level_keeps_that_many_clients_in_flight_and_counts_only_the_window():
         reads.append(len(reads))
         return {"m": {"requests": len(reads)}}
 
-    level = asyncio.run(bench.measure_level(FakeClient, 4, TINY, stats))
+    level = asyncio.run(measure_level(FakeClient, 4, TINY, stats))
     m = level.measurement
     assert FakeClient.most == 4 and FakeClient.closed == 4
     assert m.requests >= TINY.min_requests and m.seconds >= TINY.window_s
@@ -107,7 +101,7 @@ def test_a_level_keeps_that_many_clients_in_flight_and_counts_only_the_window():
 
 def test_a_level_ends_by_letting_every_request_in_flight_finish_not_by_cancelling_it():
     FakeClient.in_flight = 0
-    level = asyncio.run(bench.measure_level(FakeClient, 4, TINY))
+    level = asyncio.run(measure_level(FakeClient, 4, TINY))
     assert level.measurement.requests > 0
     assert FakeClient.in_flight == 0  # a cancelled request would leave its count up
 
@@ -185,7 +179,7 @@ def test_statistics_become_per_request_stage_times_over_the_window():
                          "compute_input_us": 2.0, "compute_infer_us": 2.0,
                          "compute_output_us": 2.0}
     # per request of the entry model: the steps' time summed, over 10 entry requests
-    assert server_times(before, after, "e", ["s"]) == {s: 400.0 for s in bench.STAGES}
+    assert server_times(before, after, "e", ["s"]) == {s: 400.0 for s in STAGES}
     assert server_times(after, after, "e", ["s"]) is None  # nothing answered
     assert stats_totals({})["requests"] == 0
 
@@ -200,7 +194,7 @@ def test_an_ensemble_is_timed_by_its_steps_and_a_model_by_itself():
 
 
 def test_the_memory_of_a_process_tree_is_read_from_proc():
-    memory = bench.process_memory(os.getpid())
+    memory = process_memory(os.getpid())
     assert memory["server_rss_mib"] > 0 and memory["total_rss_mib"] >= memory["server_rss_mib"]
     if os.geteuid() == 0:  # page frame numbers are readable by root only
         # read a moment after the RSS, from a process that may have grown meanwhile
@@ -231,7 +225,7 @@ def fake_scenarios():
 
 def fake_report():
     return summarize(fake_scenarios(), BenchOptions(quick=True),
-                     datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc), bench.machine(),
+                     datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc), machine(),
                      {"total_rss_mib": 1000.0, "total_pss_mib": 800.0, "stub_processes": 3})
 
 
@@ -253,7 +247,7 @@ def test_the_report_has_the_contract_keys_and_every_goal_judged():
 
 def test_the_report_file_and_table_carry_figures_only(tmp_path):
     report = fake_report()
-    bench.write_json(report, tmp_path / "bench.json")
+    write_json(report, tmp_path / "bench.json")
     assert json.loads((tmp_path / "bench.json").read_text()) == report
     table = format_table(report)
     assert "kyc_ensemble" in table and "NOT met" in table and "not measured" in table
@@ -267,7 +261,7 @@ def test_figures_that_are_not_sweeps_go_into_the_report_and_the_table():
              "batching_ceiling_in_process": {"face_embedding": {
                  "ms_per_item_batch_1": 19.0, "ms_per_item_batch_16": 18.0, "ceiling": 1.056}}}
     report = summarize(fake_scenarios(), BenchOptions(quick=True),
-                       datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc), bench.machine(),
+                       datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc), machine(),
                        None, extra)
     assert report["first_request_after_publish"]["face_embedding"] == publish
     # the served gain (1.5 in the fake sweep) over onnxruntime's own ceiling
@@ -278,7 +272,7 @@ def test_figures_that_are_not_sweeps_go_into_the_report_and_the_table():
     assert "face_embedding: 21.5 ms with model_warmup, 95.0 ms without (steady 20.0 ms)" in table
     assert "batching ceiling in process, face_embedding: 1.056x" in table
     skipped = summarize(fake_scenarios(), BenchOptions(quick=True),
-                        datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc), bench.machine(),
+                        datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc), machine(),
                         None, {"first_request_after_publish": {"skipped": "with --url"}})
     assert "first request after publish: skipped: with --url" in format_table(skipped)
 
@@ -288,7 +282,7 @@ def test_quick_options_are_smaller_and_unknown_groups_are_refused():
     assert quick.window.window_s < full.window.window_s
     assert len(quick.levels_of("kyc")) < len(full.levels_of("kyc")) == 5
     assert BenchOptions.for_run(quick=True, levels=[4, 1]).levels_of("kyc") == (1, 4)
-    with pytest.raises(bench.BenchError, match="nope"):
+    with pytest.raises(BenchError, match="nope"):
         BenchOptions.for_run(quick=True, groups=["nope"])
 
 
@@ -296,7 +290,7 @@ def test_the_bench_command_parses_its_options_and_offers_exactly_the_groups(tmp_
     args = build_parser().parse_args(["bench", "--quick", "--json", str(tmp_path / "b.json"),
                                       "--scenario", "kyc", "--levels", "1,4"])
     assert args.quick and args.scenario == ["kyc"] and args.levels == (1, 4)
-    assert cli.BENCH_GROUPS == bench.GROUPS
+    assert cli.BENCH_GROUPS == GROUPS
     with pytest.raises(SystemExit):
         build_parser().parse_args(["bench", "--levels", "0"])
     assert cli.bench_output_dir(tmp_path / "b.json", None) == tmp_path / "b-files"
@@ -333,5 +327,5 @@ def test_bench_without_its_instruments_names_the_one_command_that_installs_them(
 def test_bench_refuses_a_repository_without_weights(tmp_path):
     (tmp_path / "face_detector").mkdir()
     (tmp_path / "face_detector" / "config.pbtxt").write_text('name: "face_detector"\n')
-    with pytest.raises(bench.BenchError, match="make setup"):
-        bench.check_weights(tmp_path, ["face_detector"])
+    with pytest.raises(BenchError, match="make setup"):
+        check_weights(tmp_path, ["face_detector"])

@@ -9,7 +9,7 @@ import socket
 import pytest
 
 from kyc_tools.bench.compare import ServerUse, compare_servers, comparison_report, format_comparison
-from kyc_tools.bench.core import Window
+from kyc_tools.bench.options import Window
 from kyc_tools.bench.procmem import listening_pid
 
 TINY = Window(warmup_s=0.0, window_s=0.05, min_requests=3, max_s=5.0)

@@ -4,18 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from kyc.budgets import (
-    BUDGETS_MS,
-    QUEUE_SHARE,
-    SEQUENCE_MODELS,
-    SLA_MS,
-    STEP_OF,
-    queue_against_budget,
-    queue_cap_us,
-    queue_timeout_us,
-)
+from kyc.budgets import BUDGETS_MS, QUEUE_SHARE, SLA_MS, queue_against_budget
 from kyc_testing import SHIPPED_REPOSITORY
 from kyc_tools.repo.config import load_config, parse_config
+from kyc_tools.repo.graph import build_graph, step_map
 from kyc_tools.repo.queues import (
     MAX_QUEUE_SIZE,
     QueuePolicy,
@@ -25,6 +17,24 @@ from kyc_tools.repo.queues import (
 )
 
 ENSEMBLES = {"kyc_ensemble", "document_ocr"}
+# Derived from the shipped configs and the steps' declarations (kyc.pipeline.contract)
+STEPS = step_map(build_graph(SHIPPED_REPOSITORY))
+STEP_OF, SEQUENCE_MODELS = STEPS.step_of, STEPS.sequence
+queue_cap_us, queue_timeout_us = STEPS.queue_cap_us, STEPS.queue_timeout_us
+
+
+def test_the_derived_budget_steps_are_the_product_designs():
+    # each Python step declares its own; a model it runs counts to its caller's (the
+    # decision's face embeddings to face matching, as it declares), the tightest of several
+    assert dict(STEP_OF) == {
+        "liveness_sequence": "liveness", "face_landmarks": "liveness",
+        "kyc_intake": "intake",
+        "face_preprocess": "face_match", "face_detector": "face_match",
+        "face_embedding": "face_match",
+        "ocr_preprocess": "ocr", "ocr_det": "ocr", "ocr_postprocess": "ocr",
+        "ocr_fields": "ocr", "ocr_rec": "ocr",
+        "antifraud": "antifraud", "kyc_decision": "antifraud"}
+    assert {"liveness_sequence"} == SEQUENCE_MODELS
 
 
 def test_every_shipped_model_but_the_ensembles_has_a_step_budget():
@@ -45,7 +55,7 @@ def test_each_shipped_queue_delay_is_within_its_share_of_the_budget():
 def test_measured_queue_times_are_judged_against_the_cap():
     judged = queue_against_budget({"face_embedding": {"queue_us": 95_000.0},
                                    "ocr_rec": {"queue_us": 12_000.0},
-                                   "kyc_ensemble": {"queue_us": 1.0}})
+                                   "kyc_ensemble": {"queue_us": 1.0}}, STEPS)
     assert judged == {"face_embedding": {"queue_ms": 95.0, "cap_ms": 90.0, "within": False},
                       "ocr_rec": {"queue_ms": 12.0, "cap_ms": 300.0, "within": True}}
 
@@ -58,7 +68,7 @@ def policies_by_the_rule(tmp_path) -> dict[str, QueuePolicy | None]:
         config = (SHIPPED_REPOSITORY / model / "config.pbtxt").read_text()
         (tmp_path / model).mkdir()
         if model not in SEQUENCE_MODELS:
-            config = with_queue_policy(config, model)
+            config = with_queue_policy(config, model, STEPS)
         (tmp_path / model / "config.pbtxt").write_text(config)
         out[model] = configured_queue_policy(tmp_path, model)
     return out
@@ -95,16 +105,17 @@ def test_the_queue_timeout_rule_splits_the_steps_share_evenly():
 def test_a_policy_is_not_added_twice_nor_to_a_model_without_a_dynamic_batcher(tmp_path):
     config = (SHIPPED_REPOSITORY / "face_preprocess" / "config.pbtxt").read_text()
     with pytest.raises(ValueError, match="already"):
-        with_queue_policy(with_queue_policy(config, "face_preprocess"), "face_preprocess")
+        with_queue_policy(with_queue_policy(config, "face_preprocess", STEPS), "face_preprocess",
+                          STEPS)
     liveness = (SHIPPED_REPOSITORY / "liveness_sequence" / "config.pbtxt").read_text()
     with pytest.raises(ValueError):
-        with_queue_policy(liveness, "liveness_sequence")
+        with_queue_policy(liveness, "liveness_sequence", STEPS)
 
 
 def test_the_policy_goes_into_the_config_with_its_comments_and_says_reject():
     text = (SHIPPED_REPOSITORY / "face_preprocess" / "config.pbtxt").read_text()
 
-    new = with_queue_policy(text, "face_preprocess")
+    new = with_queue_policy(text, "face_preprocess", STEPS)
 
     expected = parse_config(text)
     policy = expected.dynamic_batching.default_queue_policy

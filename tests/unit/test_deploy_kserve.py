@@ -8,7 +8,8 @@ import copy
 import kserve_schema
 import pytest
 from kserve_schema import KServeSchemaError
-from test_deploy_kubernetes import KSERVE, KUBERNETES_VERSION, one, rendered
+
+from deploy_manifests import KSERVE, KUBERNETES_VERSION, one, rendered
 
 
 def kserve_resources() -> list[dict]:

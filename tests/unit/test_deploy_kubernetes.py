@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 from functools import cache
 from pathlib import Path
 
@@ -15,7 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from kyc import budgets
+from deploy_manifests import DEPLOY, KSERVE, KUBERNETES_VERSION, one, rendered
 from kyc.decision.ledger import ENV_LEDGER, RedisLedger, ledger_from_environ
 from kyc.liveness.token import ENV_KEY_FILE
 from kyc_testing import PROJECT_ROOT, SHIPPED_REPOSITORY
@@ -24,31 +22,12 @@ from kyc_tools.cli import build_parser
 from kyc_tools.ops import prometheus
 from kyc_tools.ops.models import served_models
 from kyc_tools.repo.config import model_parameters
+from kyc_tools.repo.graph import build_graph, step_map
 
-KUBERNETES_VERSION = "1.32"  # the kubectl of these machines; kubernetes-validate ships it
-DEPLOY = PROJECT_ROOT / "deploy"
 OVERLAYS = ("kubernetes/overlays/gpu", "kubernetes/overlays/cpu")
 WEB = "kubernetes/overlays/cpu-web"  # the cpu overlay with components/web (the capture page)
-KSERVE = "kserve"
 CLIENT_KEY_REF = {"name": "kyc-triton-keys", "key": "client-key"}
 CONTRACT = PROJECT_ROOT.parent / "shared" / "notes" / "contract.md"
-
-
-@cache
-def rendered(target: str) -> tuple[dict, ...]:
-    """`kubectl kustomize deploy/<target>`: the resources as they would be applied."""
-    kubectl = shutil.which("kubectl")
-    assert kubectl, "kubectl is needed to render deploy/ with kustomize (kubectl kustomize)"
-    out = subprocess.run([kubectl, "kustomize", str(DEPLOY / target)], check=True,
-                         capture_output=True, text=True).stdout
-    return tuple(doc for doc in yaml.safe_load_all(out) if doc)
-
-
-def one(resources, kind: str, name: str | None = None) -> dict:
-    found = [r for r in resources if r["kind"] == kind
-             and (name is None or r["metadata"]["name"] == name)]
-    assert len(found) == 1, f"{kind} {name or ''}: {len(found)} found"
-    return found[0]
 
 
 def server(resources) -> dict:
@@ -465,7 +444,8 @@ def test_the_autoscaler_reads_the_adapter_metric_with_a_target_under_every_queue
     assert metric["pods"]["metric"]["name"] == prometheus.HPA_METRIC
     assert prometheus.adapter_rules()["rules"][0]["name"]["as"] == prometheus.HPA_METRIC
     target_us = float(metric["pods"]["target"]["averageValue"])
-    shares = [budgets.queue_timeout_us(m.name) for m in served_models(SHIPPED_REPOSITORY)
+    steps = step_map(build_graph(SHIPPED_REPOSITORY))
+    shares = [steps.queue_timeout_us(m.name) for m in served_models(SHIPPED_REPOSITORY)
               if m.batched]
     assert 0 < target_us < min(s for s in shares if s is not None)
     ref = hpa["spec"]["scaleTargetRef"]

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kyc import budgets
 from kyc_testing import PROJECT_ROOT, SHIPPED_REPOSITORY
 from kyc_tools.cli import main
 from kyc_tools.ops import dashboard, prometheus
 from kyc_tools.ops.models import served_models
 from kyc_tools.ops.render import ADAPTER, DASHBOARD, RULES, render
+from kyc_tools.repo.graph import build_graph, step_map
 
 DEPLOY = PROJECT_ROOT / "deploy"
 PROM = DEPLOY / "prometheus"
@@ -103,13 +103,15 @@ def test_the_scrape_config_passes_promtool_with_static_targets_in_place_of_kuber
 
 def test_every_model_has_a_not_ready_alert_and_a_budget_where_kyc_budgets_gives_one():
     models = served_models(SHIPPED_REPOSITORY)
+    steps = step_map(build_graph(SHIPPED_REPOSITORY))  # derived (kyc.budgets.StepMap)
     not_ready = {r["labels"]["model"] for r in rules() if r.get("alert") == "KycModelNotReady"}
     assert not_ready == {m.name for m in models} and len(models) == 15
     (budget,) = [r["expr"] for r in rules() if r.get("record") == "kyc:queue_budget_us"]
     found = re.findall(r'vector\((\d+)\), "model", "(\w+)"', budget)
     assert {model: int(value) for value, model in found} == {
-        m.name: int(budgets.queue_cap_us(m.name)) for m in models
-        if budgets.queue_cap_us(m.name) is not None}
+        m.name: int(steps.queue_cap_us(m.name)) for m in models
+        if steps.queue_cap_us(m.name) is not None}
+    assert len(found) == len(models) - 2  # all but the two ensembles
 
 
 def test_the_autoscaler_signal_leaves_out_ensembles_and_the_sequence_model():

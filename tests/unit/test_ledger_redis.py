@@ -87,7 +87,7 @@ def test_a_ledger_that_never_answers_is_unavailable_after_its_timeout():
 
 def test_kyc_decision_answers_unavailable_for_a_token_it_cannot_check_and_serves_the_rest():
     """A token is never taken unchecked; a request without one needs no ledger."""
-    from test_decision_logic import CUSTODY, NOW, TODAY, embed, request
+    from decision_cases import CUSTODY, NOW, TODAY, embed, request
 
     sealer = TokenSealer(secrets.token_bytes(KEY_BYTES))
     token = sealer.seal(LivenessClaims("s1", True, 0.9, NOW - 10, NOW + 110, ("left",), None,

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from kyc_tools.runtime.server import (
+    ServerError,
     ServerOptions,
     TritonServer,
     client_key_problems,
@@ -21,6 +22,7 @@ from kyc_tools.runtime.server import (
     remove_shm_regions,
     remove_stale_live_copies,
     remove_stale_shm_regions,
+    start_until_ready,
 )
 from kyc_tools.runtime.triton import STUB_NAME, assemble_backends, find_wheel_tree, system_install
 
@@ -243,3 +245,43 @@ def test_options_on_free_ports_listen_on_loopback_only(tmp_path):
     options = ServerOptions.on_free_ports(tmp_path, model_control="explicit")
     assert options.address == "127.0.0.1" and options.model_control == "explicit"
     assert len({options.http_port, options.grpc_port, options.metrics_port}) == 3
+
+
+class _Launched:
+    """A server as start_until_ready drives it, failing where it is told to."""
+
+    def __init__(self, log_file: Path, fails_in: str = "") -> None:
+        self.log_file, self.fails_in, self.calls = log_file, fails_in, []
+
+    def start(self) -> None:
+        self.calls.append("start")
+        self.log_file.write_text("x" * 50 + "model loaded\n")
+        if self.fails_in == "start":
+            raise ServerError("no liveness token key")
+
+    def wait_ready(self, timeout: float) -> None:
+        self.calls.append(f"wait_ready {timeout:.0f}")
+        if self.fails_in == "wait_ready":
+            raise ServerError(f"tritonserver not ready after {timeout:.0f} s")
+
+    def stop(self, grace: float) -> None:
+        self.calls.append(f"stop {grace:.0f}")
+        self.log_file.write_text("stopped\n")
+
+
+def test_start_until_ready_starts_waits_and_leaves_a_ready_server_running(tmp_path):
+    server = _Launched(tmp_path / "server.log")
+    assert start_until_ready(server, timeout_s=180, stop_grace_s=5) is server
+    assert server.calls == ["start", "wait_ready 180"]
+
+
+@pytest.mark.parametrize("fails_in", ["start", "wait_ready"])
+def test_a_server_that_does_not_get_ready_is_stopped_and_the_error_ends_with_its_log(
+        tmp_path, fails_in):
+    server = _Launched(tmp_path / "server.log", fails_in)
+    with pytest.raises(ServerError) as raised:
+        start_until_ready(server, timeout_s=30, stop_grace_s=7, tail_chars=20)
+    cause = "no liveness token key" if fails_in == "start" else "not ready after 30 s"
+    assert cause in str(raised.value)
+    assert str(raised.value).endswith("\n--- server log tail ---\n" + "x" * 7 + "model loaded\n")
+    assert server.calls[-1] == "stop 7"

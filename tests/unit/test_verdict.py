@@ -8,8 +8,8 @@ import secrets
 
 import numpy as np
 import pytest
-from test_decision_logic import CUSTODY, NOW, TODAY, embed, request
 
+from decision_cases import CUSTODY, NOW, TODAY, embed, request
 from kyc.decision.ledger import MemoryLedger, ledger_from_environ
 from kyc.decision.policy import DecisionSettings
 from kyc.decision.step import DecisionStep

@@ -27,12 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from kyc.decision.custody import check_custody
+from kyc.decision.custody import CUSTODY_INPUTS, check_custody
 from kyc.decision.features import FEATURES, FEATURES_VERSION, Observation, vector
 from kyc.decision.ledger import Ledger, LedgerUnavailableError, MemoryLedger, ledger_from_environ
 from kyc.decision.policy import DecisionSettings, Findings, LivenessEvidence, decide
 from kyc.intake.admission import TicketReturns
 from kyc.liveness.token import TokenError, TokenExpiredError, TokenSealer, load_key
+from kyc.pipeline.contract import BLS, Contract, Use
 from kyc.pipeline.modelconfig import Repository
 from kyc.pipeline.seal import SEAL_LABEL, SealClaims, Sealer, derive_key, digest
 from kyc.pipeline.step import (
@@ -107,6 +108,13 @@ class DecisionStep:
     INTERNAL). ``score`` is the antifraud model, ``[N, len(FEATURES)]`` float32 ->
     N fraud scores; what it raises fails the whole batch.
     """
+
+    CONTRACT = Contract(
+        settings=DecisionSettings, budget="antifraud", inputs=(*INPUTS, *CUSTODY_INPUTS),
+        outputs=("DECISION", "FACE_MATCH_SCORE", "LIVENESS_SCORE", "FRAUD_SCORE", "REPORT"),
+        # the attested faces are embedded here: face matching's work, and its budget's;
+        # the embedding model's match_threshold is also read
+        uses={"antifraud_model": Use(BLS), "embedding_model": Use(BLS, budget="face_match")})
 
     def __init__(self, settings: DecisionSettings, match_threshold: float,
                  sealer: TokenSealer, score: FraudScorer, embed: Embedder,

@@ -23,6 +23,7 @@ from kyc.document.ocr import DocumentReader, OcrSettings, TextLine, document_rep
 from kyc.image import ImageError, decode_image, letterbox
 from kyc.intake import IntakeSettings
 from kyc.intake.admission import TICKET_TENSOR, TicketReturns
+from kyc.pipeline.contract import BLS, SETTINGS, Contract, Use
 from kyc.pipeline.modelconfig import Repository
 from kyc.pipeline.seal import (
     SEAL_INPUT,
@@ -82,12 +83,15 @@ def prepare_page(data: bytes, settings: PreprocessSettings,
     return canvas, scale
 
 
+@dataclass(eq=False)  # a step is itself only: compared and hashed by identity
 class OcrPreprocessStep:
-    def __init__(self, settings: PreprocessSettings, client_limits: IntakeSettings,
-                 sealer: Sealer | None = None) -> None:
-        self.settings = settings
-        self.client_limits = client_limits
-        self.sealer = sealer  # None: no token key, nothing attested
+    CONTRACT = Contract(
+        settings=PreprocessSettings, budget="ocr", inputs=("IMAGE",),
+        outputs=("CANVAS", "SCALE", "ATTESTATION"), uses={"limits_model": Use(SETTINGS)})
+
+    settings: PreprocessSettings
+    client_limits: IntakeSettings  # those of settings.limits_model
+    sealer: Sealer | None = None  # None: no token key, nothing attested
 
     @classmethod
     def from_context(cls, context: StepContext) -> OcrPreprocessStep:
@@ -150,6 +154,15 @@ class OcrPostprocessStep:
     """The last step of ``document_ocr`` (and, as ``ocr_fields``, the document step of
     ``kyc_ensemble``): the page's lines read and parsed. In ``document_ocr`` it then
     gives back the request's admission tickets (optional input ``ADMISSION``)."""
+
+    CONTRACT = Contract(
+        settings=OcrSettings, budget="ocr", inputs=PAGE_INPUTS,
+        optional_inputs=frozenset({TICKET_TENSOR, SEAL_INPUT, CANVAS_ATTESTATION}),
+        outputs=("TEXT_LINES", "DOCUMENT", "ATTESTATION"),
+        # rec_model: also the alphabet file of its newest version; settings_model: the
+        # model whose parameters are its defaults (ocr_fields reads ocr_postprocess's)
+        uses={"rec_model": Use(BLS),
+              "settings_model": Use(SETTINGS, acts_as=f"{__name__}:OcrPostprocessStep")})
 
     def __init__(self, reader: DocumentReader, admission: TicketReturns | None = None,
                  sealer: Sealer | None = None) -> None:

@@ -16,6 +16,7 @@ from kyc.face import preprocess
 from kyc.face.preprocess import FacePreprocessor, FaceSettings, result_tensors
 from kyc.image import ImageError
 from kyc.intake import IntakeSettings
+from kyc.pipeline.contract import BLS, SETTINGS, Contract, Use
 from kyc.pipeline.seal import Sealer, attestations, digest, pipeline_sealer
 from kyc.pipeline.step import Answer, Request, RequestError, StepContext, batched, encoded_items
 
@@ -48,6 +49,12 @@ ATTESTATION_KIND = "face"
 
 
 class FacePreprocessStep:
+    CONTRACT = Contract(
+        settings=FaceSettings, budget="face_match", inputs=("IMAGE",),
+        outputs=("FACE", "FACE_FOUND", "BOX", "LANDMARKS", "DET_SCORE", "NUM_FACES", "QUALITY",
+                 "ATTESTATION"),
+        uses={"detector_model": Use(BLS), "limits_model": Use(SETTINGS)})
+
     def __init__(self, preprocessor: FacePreprocessor, sealer: Sealer | None = None) -> None:
         self.preprocessor = preprocessor
         self.sealer = sealer  # None: no token key, nothing attested

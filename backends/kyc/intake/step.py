@@ -31,6 +31,7 @@ from kyc.intake import (
     check_images,
 )
 from kyc.intake.admission import ENTRIES, AdmissionMetrics, SharedAdmission
+from kyc.pipeline.contract import Contract
 from kyc.pipeline.seal import Sealer, pipeline_sealer
 from kyc.pipeline.step import (
     Answer,
@@ -65,6 +66,11 @@ def _rows(request: Request) -> list[Row]:
 
 
 class IntakeStep:
+    CONTRACT = Contract(
+        settings=IntakeSettings, budget="intake", inputs=IMAGE_INPUTS[:1],
+        optional_inputs=frozenset(IMAGE_INPUTS[1:]),
+        outputs=(*(OUTPUT_PREFIX + name for name in IMAGE_INPUTS), ADMISSION_OUTPUT, SEAL_OUTPUT))
+
     def __init__(self, settings: IntakeSettings,
                  admission: Mapping[str, SharedAdmission] | None = None,
                  metrics: AdmissionMetrics | None = None,

@@ -38,7 +38,7 @@ import numpy as np
 
 from kyc.face.landmarks import Roi, mesh_pose, roi
 from kyc.face.preprocess import FaceSettings
-from kyc.face.step import face_preprocessor
+from kyc.face.step import FacePreprocessStep, face_preprocessor
 from kyc.image import ImageError
 from kyc.liveness.challenge import MOVES, draw_challenge, parse_moves, plausible
 from kyc.liveness.metrics import SessionMetrics
@@ -53,6 +53,7 @@ from kyc.liveness.session import (
 )
 from kyc.liveness.store import SessionLimitError, SessionStore, StartLimiter, StartLimitError
 from kyc.liveness.token import LivenessClaims, TokenSealer, load_key
+from kyc.pipeline.contract import BLS, SETTINGS, Contract, Use
 from kyc.pipeline.step import Answer, Request, RequestError, StepContext, encoded_items
 from kyc.pipeline.triton import instance_count
 from kyc.verdict import application_ref
@@ -98,6 +99,16 @@ CHALLENGE_FROM_REQUEST = "from_request"
 
 
 class LivenessStep:
+    CONTRACT = Contract(
+        settings=LivenessSettings, budget="liveness", inputs=("FRAME",),
+        outputs=("STATUS", "IS_LIVE", "LIVENESS_SCORE", "LIVENESS_TOKEN"),
+        # face_model: face_preprocess's settings, and the face path run on them here
+        uses={"face_model": Use(SETTINGS, acts_as=f"{FacePreprocessStep.__module__}:"
+                                                   f"{FacePreprocessStep.__name__}"),
+              "embedding_model": Use(BLS),  # and its match_threshold
+              "landmark_model": Use(BLS),
+              "antispoof_model": Use(BLS)})  # empty: passive PAD not configured
+
     def __init__(self, context: StepContext) -> None:
         self.settings = context.settings(LivenessSettings)
         self.settings.check()

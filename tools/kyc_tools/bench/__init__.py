@@ -2,8 +2,14 @@
 
 The modules depend one way, from the driver down to the measuring core:
 
-- :mod:`kyc_tools.bench.core`: what is measured and how (options, closed-loop levels,
-  Triton's statistics, the bench's server, its memory) and the report;
+- :mod:`kyc_tools.bench.options`: what a run is asked (groups, levels, window, errors);
+  :mod:`kyc_tools.bench.measure`: one level's closed loops (or in-process batches) and
+  their figures; :mod:`kyc_tools.bench.stats`: Triton's statistics over a level and the
+  server's CPU and memory; :mod:`kyc_tools.bench.models`: the run's repository copy and
+  in-process ONNX sessions; :mod:`kyc_tools.bench.summary`: the headline, goals, table and
+  JSON of a report;
+- :mod:`kyc_tools.bench.core`: a run's state (:class:`~kyc_tools.bench.core.Bench`), its
+  served scenarios' sweeps and the bench's own server, built on the modules above;
 - :mod:`kyc_tools.bench.scenarios`: the scenario groups and
   :func:`~kyc_tools.bench.scenarios.run_bench`, which runs them; the workloads they send:
   :mod:`kyc_tools.bench.kyc` (end to end),

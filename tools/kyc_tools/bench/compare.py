@@ -35,16 +35,10 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kyc_tools.bench.core import (
-    AsyncClient,
-    Measurement,
-    Window,
-    latency_ms,
-    measure_level,
-    process_cpu_seconds,
-    stats_totals,
-)
+from kyc_tools.bench.measure import AsyncClient, Measurement, latency_ms, measure_level
+from kyc_tools.bench.options import Window
 from kyc_tools.bench.procmem import listening_pid, resident_union_mib
+from kyc_tools.bench.stats import process_cpu_seconds, stats_totals
 from kyc_tools.runtime.procs import process_tree
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]", "0.0.0.0")

@@ -24,12 +24,9 @@ import numpy as np
 
 from kyc.pipeline.local import LocalRepository
 from kyc.pipeline.step import Request
-from kyc_tools.bench.core import (
-    CLIENT_TIMEOUT_S,
-    Outcome,
-    PeerUnavailableError,
-    onnx_threads,
-)
+from kyc_tools.bench.measure import Outcome
+from kyc_tools.bench.models import onnx_threads
+from kyc_tools.bench.options import CLIENT_TIMEOUT_S, PeerUnavailableError
 from kyc_tools.eval.document_cases import DocumentCase, render_cases, score
 
 PEER_PACKAGE = "rapidocr-onnxruntime"

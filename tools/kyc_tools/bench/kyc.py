@@ -29,11 +29,10 @@ import numpy as np
 
 from kyc.pipeline.local import LocalRepository
 from kyc.pipeline.step import Request
-from kyc_tools.bench.core import Outcome, onnx_threads
+from kyc_tools.bench.measure import Outcome
+from kyc_tools.bench.models import onnx_threads
 from kyc_tools.client import Verification
 
-KYC_MODELS = ("kyc_ensemble", "kyc_intake", "face_preprocess", "face_detector", "face_embedding",
-              "ocr_preprocess", "ocr_det", "ocr_fields", "ocr_rec", "kyc_decision", "antifraud")
 PAIRS = (("person_a_1", "person_a_2"), ("person_b_1", "person_b_2"))
 KYC_DESCRIPTION = ("one customer = kyc_ensemble on a rendered passport page with a real "
                    "portrait and a selfie of the same person, no liveness token")

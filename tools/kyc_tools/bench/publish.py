@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from kyc_tools.bench.core import CLIENT_TIMEOUT_S, Bench, BenchError
+from kyc_tools.bench.core import Bench
+from kyc_tools.bench.options import CLIENT_TIMEOUT_S, BenchError
 
 log = logging.getLogger(__name__)
 

@@ -20,30 +20,20 @@ from typing import Any
 
 import numpy as np
 
-from kyc_tools.bench.core import (
+from kyc_tools.bench.core import Bench, Served, TensorClient, running_server
+from kyc_tools.bench.models import check_weights, copy_repository, face_photos, onnx_session
+from kyc_tools.bench.options import (
     BATCHING_SPEEDUP_LEVEL,
     GROUPS,
     LIVENESS_GOAL_SESSIONS,
     OCR_LOAD_CLIENTS,
-    Bench,
     BenchOptions,
-    Served,
-    TensorClient,
-    check_weights,
-    copy_repository,
-    face_photos,
-    machine,
-    onnx_session,
-    process_memory,
-    running_server,
-    summarize,
 )
+from kyc_tools.bench.stats import process_memory
+from kyc_tools.bench.summary import machine, summarize
 
 log = logging.getLogger(__name__)
 
-DOCUMENT_MODELS = ("document_ocr", "kyc_intake", "ocr_preprocess", "ocr_det",
-                   "ocr_postprocess", "ocr_rec")
-LIVENESS_MODELS = ("liveness_sequence", "face_detector", "face_embedding")
 REC_WIDTH = 320  # ocr_rec's usual crop width: one shape, so that requests can be batched
 
 
@@ -74,7 +64,6 @@ class KycClient:
 async def run_kyc(bench: Bench) -> None:
     from kyc_tools.bench.kyc import (
         KYC_DESCRIPTION,
-        KYC_MODELS,
         KycInProcess,
         case_inputs,
         kyc_cases,
@@ -83,7 +72,8 @@ async def run_kyc(bench: Bench) -> None:
     cases = kyc_cases(_payload_count(bench, 4, 8))
     levels = bench.options.levels_of("kyc")
     await bench.sweep(Served("kyc_ensemble", KYC_DESCRIPTION, "requests", "kyc_ensemble",
-                             KYC_MODELS, lambda url, k: KycClient(url, cases, k), levels,
+                             bench.models_of("kyc_ensemble"),
+                             lambda url, k: KycClient(url, cases, k), levels,
                              perf_inputs=[case_inputs(c) for c in cases]))
     bench.in_process("kyc_in_process", f"{KYC_DESCRIPTION}; in process without Triton, the "
                      "same kyc code and ONNX files, batches of min(concurrency, max batch)",
@@ -204,12 +194,13 @@ async def run_liveness(bench: Bench) -> None:
     moves = MoveLibrary.build(bench.grpc_url)
     levels = bench.options.levels_of("liveness")
     scenario = Served("liveness_sequence", LIVENESS_DESCRIPTION, "frames", "liveness_sequence",
-                      LIVENESS_MODELS, lambda url, k: LivenessBenchClient(url, moves, k), levels)
+                      bench.models_of("liveness_sequence"),
+                      lambda url, k: LivenessBenchClient(url, moves, k), levels)
     await bench.sweep(scenario)
     documents = document_cases(4)
     await bench.sweep(
         Served(scenario.name, scenario.description, scenario.unit, scenario.entry,
-               (*LIVENESS_MODELS, *DOCUMENT_MODELS), scenario.make_client,
+               bench.models_of("liveness_sequence", "document_ocr"), scenario.make_client,
                (LIVENESS_GOAL_SESSIONS,)),
         background=lambda: [DocumentClient(bench.grpc_url, documents, k)
                             for k in range(OCR_LOAD_CLIENTS)],
@@ -231,7 +222,8 @@ async def run_document(bench: Bench) -> None:
 
     cases = document_cases(_payload_count(bench, 6, 16))
     await bench.sweep(Served("document_ocr", DOCUMENT_DESCRIPTION, "documents", "document_ocr",
-                             DOCUMENT_MODELS, lambda url, k: DocumentClient(url, cases, k),
+                             bench.models_of("document_ocr"),
+                             lambda url, k: DocumentClient(url, cases, k),
                              bench.options.levels_of("document"), quality=rates,
                              perf_inputs=[{"IMAGE": np.array([[c.image]], dtype=np.object_)}
                                           for c in cases]))

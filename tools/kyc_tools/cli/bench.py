@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kyc_tools.cli.repo import DEFAULT_REPOSITORY
 
-# kyc_tools.bench.core.GROUPS (not imported: the CLI starts without numpy)
+# kyc_tools.bench.options.GROUPS (not imported: the CLI starts without numpy)
 BENCH_GROUPS = ("kyc", "batching", "liveness", "document", "publish")
 # The instruments the bench's figures need, by the groups that use them: NVIDIA's
 # perf_analyzer loads the stateless served scenarios, RapidOCR is the document peer.
@@ -108,15 +108,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     # that both sides of the comparison run alike. Effective before numpy loads.
     for name, value in THREAD_SETTINGS.items():
         os.environ.setdefault(name, value)
-    from kyc_tools.bench.core import (
-        BenchError,
-        BenchOptions,
-        format_table,
-        total_errors,
-        write_json,
-    )
+    from kyc_tools.bench.options import BenchError, BenchOptions
     from kyc_tools.bench.report import write_csvs, write_plots
     from kyc_tools.bench.scenarios import run_bench
+    from kyc_tools.bench.summary import format_table, total_errors, write_json
     from kyc_tools.runtime.triton import TritonNotFoundError
 
     if args.compare:
@@ -155,7 +150,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def _bench_compare(args: argparse.Namespace) -> int:
     from kyc_tools.bench.compare import WORKLOADS, format_comparison, run_comparison
-    from kyc_tools.bench.core import write_json
+    from kyc_tools.bench.summary import write_json
 
     if len(args.compare) < 2:
         print("kyc bench --compare: name at least two servers (--compare HOST:PORT twice)",

@@ -122,8 +122,8 @@ def read_with_peer(peer: str, samples: Sequence[DocumentSample], repository: Pat
                    ) -> list[tuple[dict, float] | Exception]:
     """DOCUMENT of each sample as ``peer`` reads it (in process, one page at a time: the
     bench's peer, :class:`kyc_tools.bench.document.RapidOcrPeer`)."""
-    from kyc_tools.bench.core import PeerUnavailableError
     from kyc_tools.bench.document import RapidOcrPeer
+    from kyc_tools.bench.options import PeerUnavailableError
 
     if peer not in PEERS:
         raise ValueError(f"--peer is one of {', '.join(PEERS)}")

@@ -208,94 +208,109 @@ def _num(value: Any, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def _faces_lines(result: Mapping[str, Any], versions: dict, names: list[str]) -> list[str]:
+    """The faces part of a report: the pairs, the error rates at the configured and the
+    target threshold, the faces not found and the pairs that fail."""
+    first = next(iter(versions.values()))
+    out = [f"{result['images']} images of {result['people']} people, faces found in "
+           f"{result['faces_found']}; {first['genuine_pairs']} genuine and "
+           f"{first['impostor_pairs']} impostor pairs (FMR measurable down to "
+           f"{_num(first['fmr_resolution'], 4)}).", ""]
+    rows = [
+        ["embedding dims"] + [v["embedding_dims"] for v in versions.values()],
+        [f"FNMR at the configured threshold {first['threshold']:g}"]
+        + [percent(v["fnmr"]) for v in versions.values()],
+        ["FMR at the configured threshold"] + [percent(v["fmr"]) for v in versions.values()],
+        [f"threshold for FMR <= {first['target_fmr']:g}"]
+        + [_num(v["threshold_at_target_fmr"]) for v in versions.values()],
+        ["FNMR there"] + [percent(v["fnmr_at_target_fmr"]) for v in versions.values()],
+        ["EER (threshold)"] + [f"{percent(v['eer'])} ({_num(v['eer_threshold'])})"
+                               for v in versions.values()],
+        ["lowest genuine / highest impostor score"]
+        + [f"{_num(v['genuine_score_min'])} / {_num(v['impostor_score_max'])}"
+           for v in versions.values()],
+        ["embedding time (s)"] + [v["embed_s"] for v in versions.values()],
+    ]
+    out += [*_table(["", *names], rows), ""]
+    if result["not_found"]:
+        out += ["Faces not found: " + ", ".join(f"`{n['image']}` ({n['why']})"
+                                                for n in result["not_found"]), ""]
+    for version, v in versions.items():
+        bad = v["failing_pairs"]
+        for what, label in (("genuine_rejected", "genuine pairs rejected"),
+                            ("impostor_accepted", "impostor pairs accepted")):
+            if bad[what]:
+                out.append(f"- version {version}, {label} at the configured threshold: "
+                           + ", ".join(f"`{p['a']}` ~ `{p['b']}` {p['score']:.3f}"
+                                       for p in bad[what]))
+    return [*out, ""]
+
+
+def _documents_lines(result: Mapping[str, Any], versions: dict, names: list[str]) -> list[str]:
+    """The documents part of a report: one column per version and per peer reader."""
+    columns = {**{f"{result['model']} v{v}": f for v, f in versions.items()},
+               **{f"{p} (peer)": f for p, f in result.get("peers", {}).items()}}
+    keys = [("MRZ read", "mrz_read_rate"), ("MRZ lines exact", "mrz_exact_rate"),
+            ("every field exact", "fields_exact_rate"), ("fields exact", "field_accuracy"),
+            ("MRZ valid", "valid_rate")]
+    rows = [[label] + [percent(v[key]) for v in columns.values()] for label, key in keys]
+    rows.append(["documents with a check digit failing"]
+                + [v["documents_with_check_failures"] for v in columns.values()])
+    rows.append(["reported valid but wrong"]
+                + [v.get("valid_but_wrong", 0) for v in columns.values()])
+    if any(v.get("tampered") for v in columns.values()):
+        rows.append(["tampered pages reported not valid"] + [
+            f"{v['tampered_flagged']} of {v['tampered']}" for v in columns.values()])
+    rows.append(["s per document, p50 / p95"] + [
+        f"{v['seconds_per_document_p50']} / {v['seconds_per_document_p95']}"
+        for v in columns.values()])
+    rows.append(["errors"] + [len(v["errors"]) for v in columns.values()])
+    fields = sorted({n for v in columns.values() for n in v["field_accuracy_by_name"]})
+    rows += [[f"field `{n}`"] + [percent(v["field_accuracy_by_name"].get(n))
+                                 for v in columns.values()] for n in fields]
+    kinds = ", ".join(f"{k} {n}" for k, n in result["kinds"].items())
+    return [f"{result['documents']} documents ({kinds}), each through `document_ocr` "
+            "alone (an idle server).", "", *_table(["", *columns], rows), ""]
+
+
+def _antifraud_lines(result: Mapping[str, Any], versions: dict, names: list[str]) -> list[str]:
+    """The antifraud part of a report: ROC AUC, the score quantiles and the share of each
+    label at or above each threshold, the median score by kind."""
+    first = next(iter(versions.values()))
+    out = [f"{result['cases']} cases, {result['fraud_cases']} of them fraud; thresholds "
+           f"from `{result['thresholds_from']}`: "
+           + ", ".join(f"{k} {t:g}" for k, t in first["thresholds"].items()) + ".", ""]
+    rows = [["ROC AUC"] + [_num(v["roc_auc"], 4) for v in versions.values()]]
+    for label in ("genuine", "fraud"):
+        rows.append([f"{label}: score median (5%-95%)"] + [
+            "{} ({}-{})".format(*(v[label]["quantiles"].get(q, "-")
+                                  for q in ("0.5", "0.05", "0.95")))
+            for v in versions.values()])
+        for name in first["thresholds"]:
+            rows.append([f"{label}: at or above {name}"] + [
+                percent(v[label]["at_or_above"][name]) for v in versions.values()])
+    out += [*_table(["", *names], rows), ""]
+    if "by_kind" in first:
+        kinds = sorted(first["by_kind"])
+        out += [*_table(["kind", *[f"v{v} median score" for v in versions]],
+                        [[k] + [v["by_kind"][k]["score_median"] for v in versions.values()]
+                         for k in kinds]), ""]
+    return out
+
+
+# The part of a report that each kind of result has (after the header, before the plots).
+_SECTIONS = {"faces": _faces_lines, "documents": _documents_lines,
+             "liveness": _liveness_lines, "antifraud": _antifraud_lines}
+
+
 def markdown(result: Mapping[str, Any], plots: list[Path], where: Path) -> str:
     """The report of one result; ``plots`` linked relative to ``where`` (its folder)."""
     kind, versions = result["kind"], result["versions"]
     out = [f"# kyc eval {kind}", "",
            f"Data: `{result['data']}`. Repository: `{result['repository']}`. "
            f"Model compared: `{result['model']}`, versions {', '.join(versions)}.", ""]
-    names = [f"version {v}" for v in versions]
-    if kind == "faces":
-        first = next(iter(versions.values()))
-        out += [f"{result['images']} images of {result['people']} people, faces found in "
-                f"{result['faces_found']}; {first['genuine_pairs']} genuine and "
-                f"{first['impostor_pairs']} impostor pairs (FMR measurable down to "
-                f"{_num(first['fmr_resolution'], 4)}).", ""]
-        rows = [
-            ["embedding dims"] + [v["embedding_dims"] for v in versions.values()],
-            [f"FNMR at the configured threshold {first['threshold']:g}"]
-            + [percent(v["fnmr"]) for v in versions.values()],
-            ["FMR at the configured threshold"] + [percent(v["fmr"]) for v in versions.values()],
-            [f"threshold for FMR <= {first['target_fmr']:g}"]
-            + [_num(v["threshold_at_target_fmr"]) for v in versions.values()],
-            ["FNMR there"] + [percent(v["fnmr_at_target_fmr"]) for v in versions.values()],
-            ["EER (threshold)"] + [f"{percent(v['eer'])} ({_num(v['eer_threshold'])})"
-                                   for v in versions.values()],
-            ["lowest genuine / highest impostor score"]
-            + [f"{_num(v['genuine_score_min'])} / {_num(v['impostor_score_max'])}"
-               for v in versions.values()],
-            ["embedding time (s)"] + [v["embed_s"] for v in versions.values()],
-        ]
-        out += [*_table(["", *names], rows), ""]
-        if result["not_found"]:
-            out += ["Faces not found: " + ", ".join(f"`{n['image']}` ({n['why']})"
-                                                    for n in result["not_found"]), ""]
-        for version, v in versions.items():
-            bad = v["failing_pairs"]
-            for what, label in (("genuine_rejected", "genuine pairs rejected"),
-                                ("impostor_accepted", "impostor pairs accepted")):
-                if bad[what]:
-                    out.append(f"- version {version}, {label} at the configured threshold: "
-                               + ", ".join(f"`{p['a']}` ~ `{p['b']}` {p['score']:.3f}"
-                                           for p in bad[what]))
-        out.append("")
-    elif kind == "documents":
-        versions = {**{f"{result['model']} v{v}": f for v, f in versions.items()},
-                    **{f"{p} (peer)": f for p, f in result.get("peers", {}).items()}}
-        keys = [("MRZ read", "mrz_read_rate"), ("MRZ lines exact", "mrz_exact_rate"),
-                ("every field exact", "fields_exact_rate"), ("fields exact", "field_accuracy"),
-                ("MRZ valid", "valid_rate")]
-        rows = [[label] + [percent(v[key]) for v in versions.values()] for label, key in keys]
-        rows.append(["documents with a check digit failing"]
-                    + [v["documents_with_check_failures"] for v in versions.values()])
-        rows.append(["reported valid but wrong"]
-                    + [v.get("valid_but_wrong", 0) for v in versions.values()])
-        if any(v.get("tampered") for v in versions.values()):
-            rows.append(["tampered pages reported not valid"] + [
-                f"{v['tampered_flagged']} of {v['tampered']}" for v in versions.values()])
-        rows.append(["s per document, p50 / p95"] + [
-            f"{v['seconds_per_document_p50']} / {v['seconds_per_document_p95']}"
-            for v in versions.values()])
-        rows.append(["errors"] + [len(v["errors"]) for v in versions.values()])
-        fields = sorted({n for v in versions.values() for n in v["field_accuracy_by_name"]})
-        rows += [[f"field `{n}`"] + [percent(v["field_accuracy_by_name"].get(n))
-                                     for v in versions.values()] for n in fields]
-        kinds = ", ".join(f"{k} {n}" for k, n in result["kinds"].items())
-        out += [f"{result['documents']} documents ({kinds}), each through `document_ocr` "
-                "alone (an idle server).", ""]
-        out += [*_table(["", *versions], rows), ""]
-    elif kind == "liveness":
-        out += _liveness_lines(result, versions, names)
-    elif kind == "antifraud":
-        first = next(iter(versions.values()))
-        out += [f"{result['cases']} cases, {result['fraud_cases']} of them fraud; thresholds "
-                f"from `{result['thresholds_from']}`: "
-                + ", ".join(f"{k} {t:g}" for k, t in first["thresholds"].items()) + ".", ""]
-        rows = [["ROC AUC"] + [_num(v["roc_auc"], 4) for v in versions.values()]]
-        for label in ("genuine", "fraud"):
-            rows.append([f"{label}: score median (5%-95%)"] + [
-                "{} ({}-{})".format(*(v[label]["quantiles"].get(q, "-")
-                                      for q in ("0.5", "0.05", "0.95")))
-                for v in versions.values()])
-            for name in first["thresholds"]:
-                rows.append([f"{label}: at or above {name}"] + [
-                    percent(v[label]["at_or_above"][name]) for v in versions.values()])
-        out += [*_table(["", *names], rows), ""]
-        if "by_kind" in first:
-            kinds = sorted(first["by_kind"])
-            out += [*_table(["kind", *[f"v{v} median score" for v in versions]],
-                            [[k] + [v["by_kind"][k]["score_median"] for v in versions.values()]
-                             for k in kinds]), ""]
+    if kind in _SECTIONS:
+        out += _SECTIONS[kind](result, versions, [f"version {v}" for v in versions])
     for plot in plots:
         link = plot.relative_to(where) if plot.is_relative_to(where) else plot
         out.append(f"![{plot.stem}]({link})")

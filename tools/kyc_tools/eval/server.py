@@ -27,8 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from kyc_tools.repo.config import load_config, model_parameters
-from kyc_tools.repo.graph import BLS, build_graph
-from kyc_tools.runtime.server import ServerError, ServerOptions, TritonServer
+from kyc_tools.repo.graph import build_graph, runs_through
+from kyc_tools.runtime.server import (
+    ServerError,
+    ServerOptions,
+    TritonServer,
+    start_until_ready,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,15 +54,7 @@ def served_closure(repository: Path, entries: Sequence[str]) -> list[str]:
     missing = [e for e in entries if e not in names]
     if missing:
         raise EvalError(f"{repository} has no model {', '.join(missing)}")
-    needed, todo = set(), list(entries)
-    while todo:
-        name = todo.pop()
-        if name in needed:
-            continue
-        needed.add(name)
-        todo += [s.model for s in graph.ensemble_steps(name)]
-        todo += [c.callee for c in graph.calls if c.caller == name and c.kind == BLS]
-    return sorted(needed & names)
+    return sorted(runs_through(graph, entries))
 
 
 def versions_on_disk(repository: Path, model: str) -> list[int]:
@@ -159,25 +156,16 @@ class EvalServer:
                  ", ".join(self.models),
                  f" ({self.model} version {self.version})" if self.model else "")
         try:
-            self.server.start()
-            self.server.wait_ready(timeout=READY_TIMEOUT_S)
-        except ServerError as exc:
-            tail = self.log_tail()
-            self.server.stop(grace=STOP_GRACE_S)
+            start_until_ready(self.server, timeout_s=READY_TIMEOUT_S, stop_grace_s=STOP_GRACE_S)
+        except ServerError as exc:  # stopped; its message ends with the server log's tail
             self._tmp.cleanup()
             what = f"{self.model} version {self.version}" if self.model else "the server"
-            raise EvalError(f"{what} did not start: {exc}\n--- server log tail ---\n"
-                            f"{tail}") from None
+            raise EvalError(f"{what} did not start: {exc}") from None
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.server.stop(grace=STOP_GRACE_S)
         self._tmp.cleanup()
-
-    def log_tail(self, chars: int = 2000) -> str:
-        if not self.log_file.exists():
-            return ""
-        return self.log_file.read_text(errors="replace")[-chars:]
 
     @contextlib.contextmanager
     def client(self) -> Iterator[Any]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kyc import budgets
 from kyc_tools.repo.config import load_config
+from kyc_tools.repo.graph import build_graph, step_map
 
 CONFIG = "config.pbtxt"
 
@@ -17,7 +17,7 @@ class ServedModel:
     name: str
     ensemble: bool  # platform "ensemble": its queue time is not its steps' (Triton reports ~0)
     sequence: bool  # sequence batching: its queue includes a client's own pacing of frames
-    queue_budget_us: float | None  # kyc.budgets.queue_cap_us: 30% of its step's budget
+    queue_budget_us: float | None  # kyc.budgets.StepMap.queue_cap_us: 30% of its step's budget
 
     @property
     def batched(self) -> bool:
@@ -28,6 +28,7 @@ class ServedModel:
 def served_models(repository: Path) -> list[ServedModel]:
     """Every model of ``repository`` (a folder with a ``config.pbtxt``), by name."""
     models = []
+    budgets = step_map(build_graph(repository)) if repository.is_dir() else None
     for config_path in sorted(repository.glob(f"*/{CONFIG}")):
         config = load_config(config_path)
         name = config.name or config_path.parent.name
@@ -35,7 +36,7 @@ def served_models(repository: Path) -> list[ServedModel]:
             name=name,
             ensemble=config.platform == "ensemble",
             sequence=config.HasField("sequence_batching"),
-            queue_budget_us=budgets.queue_cap_us(name),
+            queue_budget_us=budgets.queue_cap_us(name) if budgets else None,
         ))
     if not models:
         raise ValueError(f"no model in {repository}")

@@ -12,7 +12,7 @@ Every ``*/config.pbtxt`` of a model repository is read with Triton's schema
 - the calls of Python models to other models, read from their string
   ``parameters`` whose key ends in ``_model``: by BLS (the model infers on it) or
   for its settings (the model reads that model's config parameters), as the
-  backend code uses each one (:data:`USES`); an empty value is a model not
+  step declares in its CONTRACT (:mod:`kyc.pipeline.contract`); an empty value is a model not
   configured, a value naming no model of the repository is kept aside
   (:attr:`Graph.unresolved`) and drawn as a comment;
 - the clients: a sequence-batched model is called by clients directly (START ...
@@ -29,6 +29,7 @@ Graphviz DOT), sorted so that the same repository always gives the same text
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import sys
 import zlib
@@ -36,6 +37,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kyc.budgets import BUDGETS_MS, StepMap
+from kyc.pipeline.contract import BLS, SETTINGS, Contract, Use, contract_of, contract_problems
 from kyc_tools.repo.check import CONFIG, served_versions, version_dirs
 from kyc_tools.repo.config import ConfigError, ModelConfig, load_config, model_kind
 
@@ -62,51 +65,10 @@ KIND_LABELS = {
     OTHER: "model",
 }
 
-# How a Python model uses a model its parameters name.
-BLS = "BLS"  # it infers on it (StepContext.callee: a BLS call when served)
-SETTINGS = "settings"  # it reads that model's config (StepContext.model_settings, parameters)
-
-
-@dataclass(frozen=True)
-class Use:
-    """How a step uses the model one of its ``*_model`` parameters names.
-
-    ``acts_as``: the step also makes, itself, the calls that the step class
-    ``acts_as`` makes with the *named* model's parameters (liveness_sequence reads
-    face_preprocess's settings and runs the face path on them: it calls the detector
-    they name, and reads the image limits of the model they name).
-    """
-
-    kind: str
-    acts_as: str | None = None
-
-
-FACE_STEP = "kyc.face.step:FacePreprocessStep"
-OCR_POST_STEP = "kyc.document.step:OcrPostprocessStep"
-# Per step class (what a model's glue file serves: ``triton_model("kyc.X.step:Y")``),
-# how it uses each of its ``*_model`` parameters; read from backends/kyc/*/step.py,
-# and held to what the steps do by tests/unit/test_repo_graph.py.
-USES: dict[str, dict[str, Use]] = {
-    FACE_STEP: {"detector_model": Use(BLS), "limits_model": Use(SETTINGS)},
-    "kyc.document.step:OcrPreprocessStep": {"limits_model": Use(SETTINGS)},
-    # rec_model: also the alphabet file of its newest version; settings_model: the model
-    # whose parameters are its defaults (ocr_fields reads ocr_postprocess's)
-    OCR_POST_STEP: {"rec_model": Use(BLS),
-                    "settings_model": Use(SETTINGS, acts_as=OCR_POST_STEP)},
-    "kyc.decision.step:DecisionStep": {
-        "antifraud_model": Use(BLS),
-        "embedding_model": Use(BLS),  # the attested faces; and its match_threshold
-    },
-    "kyc.liveness.step:LivenessStep": {
-        "face_model": Use(SETTINGS, acts_as=FACE_STEP),
-        "embedding_model": Use(BLS),  # and its match_threshold
-        "landmark_model": Use(BLS),
-        "antispoof_model": Use(BLS),  # empty: passive PAD not configured
-    },
-}
-# A step not in USES (or a model without its glue file): its ``*_model`` parameters
-# are BLS calls, but for these.
-DEFAULT_USES = {"face_model": Use(SETTINGS), "limits_model": Use(SETTINGS)}
+# A step's use of the models its ``*_model`` parameters name is its own declaration
+# (kyc.pipeline.contract: the CONTRACT of the step class its glue file serves). A Python
+# model whose step declares none: each of them is a BLS call.
+NO_CONTRACT: dict[str, Use] = {}
 MODEL_PARAMETER_SUFFIX = "_model"
 MAX_ACTS_AS_DEPTH = 4
 
@@ -123,6 +85,7 @@ class Model:
     inputs: tuple[str, ...]  # sorted
     outputs: tuple[str, ...]  # sorted
     sequence_controls: tuple[str, ...] = ()  # its START and END control inputs
+    step: str | None = None  # a Python model's step class, "module:Class" (its glue file)
 
 
 @dataclass(frozen=True)
@@ -157,6 +120,7 @@ class Call:
     callee: str
     kind: str  # BLS or SETTINGS
     parameter: str
+    budget: str | None = None  # the budget step the callee's work counts to (None: caller's)
 
 
 @dataclass(frozen=True)
@@ -291,25 +255,33 @@ def _calls(caller: str, references: dict[str, str], uses: dict[str, Use],
         if value not in configs:
             unresolved.append(Unresolved(caller, prefix + key, value))
             continue
-        calls.append(Call(caller, value, use.kind, prefix + key))
+        calls.append(Call(caller, value, use.kind, prefix + key, use.budget))
         if use.acts_as is not None and depth < MAX_ACTS_AS_DEPTH:
             more, missing = _calls(caller, model_references(configs[value]),
-                                   USES.get(use.acts_as, DEFAULT_USES), configs,
+                                   declared_uses(use.acts_as), configs,
                                    f"{prefix}{key}.", depth + 1)
             calls += more
             unresolved += missing
     return calls, unresolved
 
 
+def declared_uses(target: str | None) -> dict[str, Use]:
+    """How the step class ``target`` ("module:Class") uses each ``*_model`` parameter,
+    from its CONTRACT (empty: no target, or a step that declares none)."""
+    contract = _contract(target)
+    return dict(contract.uses) if contract is not None else NO_CONTRACT
+
+
 def python_calls(repository: Path, configs: dict[str, ModelConfig]
                  ) -> tuple[list[Call], list[Unresolved]]:
-    """What the Python models call by BLS or read the settings of (:data:`USES`)."""
+    """What the Python models call by BLS or read the settings of (their steps'
+    declared uses, :func:`declared_uses`)."""
     calls: list[Call] = []
     unresolved: list[Unresolved] = []
     for name, config in configs.items():
         if model_kind(config).name != "python":
             continue
-        uses = USES.get(glue_target(repository / name, config) or "", DEFAULT_USES)
+        uses = declared_uses(glue_target(repository / name, config))
         more, missing = _calls(name, model_references(config), uses, configs)
         calls += more
         unresolved += missing
@@ -332,7 +304,9 @@ def build_graph(repository: Path) -> Graph:
     calls, unresolved = python_calls(repository, configs)
     unresolved += [Unresolved(s.ensemble, f"step {s.index}", s.model) for s in steps
                    if s.model not in configs]
-    models = [_model(name, config) for name, config in configs.items()]
+    models = [dataclasses.replace(_model(name, config), step=glue_target(repository / name, config))
+              if model_kind(config).name == "python" else _model(name, config)
+              for name, config in configs.items()]
     called = {s.model for s in steps} | {c.callee for c in calls if c.kind == BLS}
     clients = [m.name for m in models if m.kind == SEQUENCE or m.name not in called]
     return Graph(
@@ -345,6 +319,100 @@ def build_graph(repository: Path) -> Graph:
         unresolved=tuple(sorted(set(unresolved),
                                 key=lambda u: (u.model, u.where, u.value))),
     )
+
+
+# -- what the graph derives -------------------------------------------------------
+def runs_through(graph: Graph, entries: Sequence[str]) -> set[str]:
+    """``entries`` and every model a request of them runs through: ensemble steps and
+    BLS calls, followed to the end. Models only read for their settings are not in it:
+    the steps read those from the repository's files."""
+    names = {m.name for m in graph.models}
+    needed, todo = set(), list(entries)
+    while todo:
+        name = todo.pop()
+        if name not in needed:
+            needed.add(name)
+            todo += [s.model for s in graph.ensemble_steps(name)]
+            todo += [c.callee for c in graph.calls if c.caller == name and c.kind == BLS]
+    return needed & names
+
+
+def entry_models(graph: Graph, entry: str) -> tuple[str, ...]:
+    """The models whose statistics make up a request of ``entry``: it first, then every
+    model it runs through, by name (the bench reads these)."""
+    return (entry, *sorted(runs_through(graph, [entry]) - {entry}))
+
+
+def step_map(graph: Graph) -> StepMap:
+    """Each model's step of the latency budgets, derived (kyc.budgets.StepMap).
+
+    A Python model's is its step's declaration (CONTRACT.budget). Another model's is
+    the budget of the steps that run it: the Python models that call it by BLS (or the
+    budget that call declares), and, for a model an ensemble runs, the Python steps
+    that feed it; of several, the tightest, which its queue must not break.
+    """
+    own = {}
+    for model in graph.models:
+        contract = _contract(model.step)
+        if contract is not None:
+            own[model.name] = contract.budget
+    candidates: dict[str, set[str]] = {}
+    for call in graph.calls:
+        if call.kind == BLS and call.caller in own:
+            candidates.setdefault(call.callee, set()).add(call.budget or own[call.caller])
+    for flow in graph.flows:
+        if flow.source and flow.target:
+            source, target = (graph.ensemble_steps(flow.ensemble)[i - 1].model
+                              for i in (flow.source, flow.target))
+            if source in own:
+                candidates.setdefault(target, set()).add(own[source])
+    derived = {model: min(budgets, key=lambda b: (BUDGETS_MS[b], b))
+               for model, budgets in candidates.items() if model not in own}
+    sequence = frozenset(m.name for m in graph.models if m.kind == SEQUENCE)
+    return StepMap({**own, **derived}, sequence)
+
+
+def contract_mismatches(graph: Graph, repository: Path) -> list[str]:
+    """Where a Python model's config and its step's CONTRACT disagree: tensors, the
+    ``*_model`` parameters, or the declaration itself (empty: they agree)."""
+    configs = read_configs(repository)
+    problems = []
+    for model in graph.models:
+        contract = _contract(model.step)
+        if contract is None:
+            continue
+        found = [f"{model.name}: {p}" for p in contract_problems(contract)]
+        found += [f"{model.name}: {p}" for p in _tensor_mismatches(configs[model.name], contract)]
+        unknown = set(model_references(configs[model.name])) - set(contract.model_settings())
+        found += [f"{model.name}: parameter {k} names a model {model.step} does not use"
+                  for k in sorted(unknown)]
+        problems += found
+    return problems
+
+
+def _tensor_mismatches(config: ModelConfig, contract: Contract) -> list[str]:
+    required = {t.name for t in config.input if not t.optional}
+    optional = {t.name for t in config.input if t.optional}
+    outputs = {t.name for t in config.output}
+    found = []
+    if required != set(contract.inputs):
+        found.append(f"required inputs {sorted(required)} != declared {sorted(contract.inputs)}")
+    if optional - contract.optional_inputs:
+        found.append(f"optional inputs {sorted(optional - contract.optional_inputs)} undeclared")
+    if outputs != set(contract.outputs):
+        found.append(f"outputs {sorted(outputs)} != declared {sorted(contract.outputs)}")
+    return found
+
+
+def _contract(target: str | None) -> Contract | None:
+    """The CONTRACT of a glue file's step class; None when there is no target, or it
+    names no importable class (a model graph is drawn for any repository)."""
+    if not target:
+        return None
+    try:
+        return contract_of(target)
+    except (ImportError, AttributeError, ValueError):
+        return None
 
 
 # -- rendering --------------------------------------------------------------------

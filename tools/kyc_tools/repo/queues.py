@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kyc.budgets import queue_timeout_us
+from kyc.budgets import StepMap
 from kyc_tools.repo.config import load_config
 from kyc_tools.repo.config_edit import edit_config
 
@@ -37,16 +37,17 @@ def configured_queue_policy(repository: Path, model: str) -> QueuePolicy | None:
 MAX_QUEUE_SIZE = 64  # hard bound besides the timeout: 8 full batches
 
 
-def with_queue_policy(config_text: str, model: str) -> str:
+def with_queue_policy(config_text: str, model: str, steps: StepMap) -> str:
     """``config_text`` with the rule's queue policy in its ``dynamic_batching`` block
-    (``ValueError`` if it has none or already has a policy). Edited through the
+    (``steps``: the repository's derived budget steps, kyc_tools.repo.graph.step_map;
+    ``ValueError`` if it has none or already has a policy). Edited through the
     ``ModelConfig`` schema, comments kept (:mod:`kyc_tools.repo.config_edit`)."""
     def change(config) -> None:
         if not config.HasField("dynamic_batching"):
             raise ValueError(f"{model}: no dynamic_batching block")
         if config.dynamic_batching.HasField("default_queue_policy"):
             raise ValueError(f"{model}: already has a default_queue_policy")
-        timeout = queue_timeout_us(model)
+        timeout = steps.queue_timeout_us(model)
         if timeout is None:
             raise ValueError(f"{model}: no dynamically batched step, no queue policy")
         policy = config.dynamic_batching.default_queue_policy

@@ -585,6 +585,24 @@ class TritonServer:
         self.stop()
 
 
+def start_until_ready(server: TritonServer, *, timeout_s: float, stop_grace_s: float,
+                      tail_chars: int = 2000) -> TritonServer:
+    """Start a private ``server`` and wait until every model is ready: the launcher of
+    the bench, ``kyc eval`` and the tests. One that does not get there is stopped
+    (SIGKILL after ``stop_grace_s``) and the :class:`ServerError` raised gives the cause,
+    then the last ``tail_chars`` of its log, read before it was stopped."""
+    try:
+        server.start()
+        server.wait_ready(timeout=timeout_s)
+    except ServerError as exc:
+        log_file = server.log_file
+        tail = log_file.read_text(errors="replace")[-tail_chars:] \
+            if log_file is not None and log_file.exists() else ""
+        server.stop(grace=stop_grace_s)
+        raise ServerError(f"{exc}\n--- server log tail ---\n{tail}") from None
+    return server
+
+
 class StubWatch:
     """Finds models whose Python stubs died.
 

@@ -42,10 +42,14 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kyc_tools.web import words
 from kyc_tools.web.upload import BadInputError, read_upload
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
 
 log = logging.getLogger(__name__)
 
@@ -194,8 +198,7 @@ def create_app(settings: WebSettings, kyc_client: Callable[[], Any] | None = Non
     AsyncKycClient (tests)."""
     from starlette.applications import Starlette
     from starlette.middleware import Middleware
-    from starlette.requests import Request
-    from starlette.responses import FileResponse, JSONResponse, Response
+    from starlette.responses import FileResponse, JSONResponse
     from starlette.routing import Mount, Route, WebSocketRoute
     from starlette.staticfiles import StaticFiles
     from starlette.websockets import WebSocket
@@ -220,11 +223,7 @@ def create_app(settings: WebSettings, kyc_client: Callable[[], Any] | None = Non
         return JSONResponse({"status": "ok"})
 
     async def config(request: Request) -> Response:
-        return JSONResponse({
-            "capture_fps": settings.capture_fps, "frame_max_side": settings.frame_max_side,
-            "max_image_bytes": settings.max_image_bytes,
-            "liveness_attempts": settings.liveness_attempts,
-            "max_session_s": settings.max_session_s, "errors": words.ERROR})
+        return JSONResponse(page_config(settings))
 
     async def verify(request: Request) -> Response:
         who = client_address(request.scope, request.headers, settings)
@@ -233,33 +232,7 @@ def create_app(settings: WebSettings, kyc_client: Callable[[], Any] | None = Non
         if verifying.locked():  # the excess is answered now: a queue would hold its bodies
             return _error("busy", 503)
         async with verifying:
-            return await _verify(request)
-
-    async def _verify(request: Request) -> Response:
-        from kyc_tools.client import KycError, KycInputError, KycTimeoutError, KycUnavailableError
-
-        started, rid = time.perf_counter(), uuid.uuid4().hex[:12]
-        try:
-            upload = await read_upload(request.headers, request.stream(),
-                                       settings.max_image_bytes)
-        except BadInputError as exc:
-            return _error(exc.code, exc.status)
-        try:
-            result = await kyc().verify(upload.document, upload.selfie, upload.token,
-                                        application=upload.application)
-        except KycInputError:
-            return _error("bad_image", 400)
-        except KycUnavailableError:
-            return _error("busy", 503)
-        except KycTimeoutError:
-            return _error("unavailable", 504)
-        except KycError as exc:
-            log.warning("verify %s: %s", rid, type(exc).__name__)
-            return _error("server", 502)
-        log.info("verify %s: document %d B, selfie %d B, token %s: %s in %.0f ms", rid,
-                 len(upload.document), len(upload.selfie), "yes" if upload.token else "no",
-                 result.decision, (time.perf_counter() - started) * 1e3)
-        return JSONResponse(told(result))
+            return await verify_request(request, settings, kyc)
 
     async def liveness(websocket: WebSocket) -> None:
         if not same_origin(websocket.headers):
@@ -290,6 +263,47 @@ def create_app(settings: WebSettings, kyc_client: Callable[[], Any] | None = Non
 
     return Starlette(routes=routes, middleware=[Middleware(SecurityHeaders)],
                      lifespan=lifespan)
+
+
+def page_config(settings: WebSettings) -> dict:
+    """What ``GET /api/config`` tells the page: its limits, capture rate and attempts,
+    and the words of each error code."""
+    return {"capture_fps": settings.capture_fps, "frame_max_side": settings.frame_max_side,
+            "max_image_bytes": settings.max_image_bytes,
+            "liveness_attempts": settings.liveness_attempts,
+            "max_session_s": settings.max_session_s, "errors": words.ERROR}
+
+
+async def verify_request(request: Request, settings: WebSettings,
+                         kyc: Callable[[], Any]) -> Response:
+    """One ``POST /api/verify`` past the limits: the upload read within caps, sent to
+    ``kyc()`` (an AsyncKycClient), its decision in plain words (:func:`told`); each
+    failure as an error code and an HTTP status."""
+    from starlette.responses import JSONResponse
+
+    from kyc_tools.client import KycError, KycInputError, KycTimeoutError, KycUnavailableError
+
+    started, rid = time.perf_counter(), uuid.uuid4().hex[:12]
+    try:
+        upload = await read_upload(request.headers, request.stream(), settings.max_image_bytes)
+    except BadInputError as exc:
+        return _error(exc.code, exc.status)
+    try:
+        result = await kyc().verify(upload.document, upload.selfie, upload.token,
+                                    application=upload.application)
+    except KycInputError:
+        return _error("bad_image", 400)
+    except KycUnavailableError:
+        return _error("busy", 503)
+    except KycTimeoutError:
+        return _error("unavailable", 504)
+    except KycError as exc:
+        log.warning("verify %s: %s", rid, type(exc).__name__)
+        return _error("server", 502)
+    log.info("verify %s: document %d B, selfie %d B, token %s: %s in %.0f ms", rid,
+             len(upload.document), len(upload.selfie), "yes" if upload.token else "no",
+             result.decision, (time.perf_counter() - started) * 1e3)
+    return JSONResponse(told(result))
 
 
 def told(result) -> dict:
