@@ -1,4 +1,5 @@
-"""The README's client snippets run as written against a real server."""
+"""The client snippets of the README and of the docs pages it links to run as written
+against a real server."""
 
 from __future__ import annotations
 
@@ -13,19 +14,38 @@ from kyc_tools.assets import fetch
 
 pytestmark = pytest.mark.integration
 
+# Where the snippets live: the README shows the kyc_ensemble call; the pages it links to
+# hold the raw calls and the liveness session.
+CLIENT = "docs/client.md"
+LIVENESS = "docs/liveness.md"
+LIVENESS_SESSION = "Streaming a session (for app developers)"
 
-def readme_snippet(heading: str, index: int = 0) -> str:
-    text = (PROJECT_ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
-    snippets = re.findall(r"```python\n(.*?)```", section, re.S)
-    assert len(snippets) > index, f"no python snippet {index} under '## {heading}'"
+
+def readme_snippet(heading: str, index: int = 0, page: str = "README.md") -> str:
+    """The python snippet number ``index`` under ``heading`` (any level) of ``page``,
+    a path from the project's root; the section ends at the next heading of its level or
+    above."""
+    level, section, fenced = 0, [], False
+    for line in (PROJECT_ROOT / page).read_text(encoding="utf-8").splitlines(keepends=True):
+        fenced ^= line.startswith("```")
+        marks = len(line) - len(line.lstrip("#"))
+        is_heading = not fenced and marks > 0 and line[marks:marks + 1] == " "
+        if is_heading and level and marks <= level:
+            break
+        if level:
+            section.append(line)
+        elif is_heading and line[marks + 1:].rstrip("\n") == heading:
+            level = marks
+    assert level, f"no heading '{heading}' in {page}"
+    snippets = re.findall(r"```python\n(.*?)```", "".join(section), re.S)
+    assert len(snippets) > index, f"no python snippet {index} under '{heading}' in {page}"
     return snippets[index]
 
 
-def run_snippet(code: str) -> str:
+def run_snippet(code: str, page: str = "README.md") -> str:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(code, "README.md", "exec"), {})
+        exec(compile(code, page, "exec"), {})
     return out.getvalue()
 
 
@@ -36,11 +56,11 @@ def run_snippet(code: str) -> str:
 ])
 def test_the_face_matching_snippet_tells_people_apart(server, document, selfie, verdict):
     photos = fetch.fetch_test_photos()
-    code = (readme_snippet("Face matching")
+    code = (readme_snippet("Face matching", page=CLIENT)
             .replace('"localhost:8001"', repr(server.options.grpc_url))
             .replace('"document.jpg"', repr(str(photos[document])))
             .replace('"selfie.jpg"', repr(str(photos[selfie]))))
-    printed = run_snippet(code)
+    printed = run_snippet(code, CLIENT)
     assert printed.startswith("score ") and printed.rstrip().endswith(verdict), printed
 
 
@@ -53,10 +73,10 @@ def test_the_document_snippet_reads_a_rendered_document(server, tmp_path):
     doc = render_document(random_identity(rng), "td3", None, Degradation(), rng)
     path = tmp_path / "document.jpg"
     path.write_bytes(doc.jpeg_bytes())
-    code = (readme_snippet("Reading a document")
+    code = (readme_snippet("Reading a document", page=CLIENT)
             .replace('"localhost:8001"', repr(server.options.grpc_url))
             .replace('"document.jpg"', repr(str(path))))
-    printed = run_snippet(code).splitlines()
+    printed = run_snippet(code, CLIENT).splitlines()
     assert printed[0].endswith("MRZ valid: True"), printed
     assert printed[1] == f"{doc.fields['document_number']} {doc.fields['expiry_date']}"
 
@@ -78,10 +98,10 @@ def person_setup(client) -> str:
 def test_the_liveness_snippet_streams_a_session_to_a_verdict(server, client):
     url = server.options.grpc_url
     code = f"URL = {url!r}\n" + person_setup(client) + (
-        readme_snippet("Liveness (for app developers)")
+        readme_snippet(LIVENESS_SESSION, page=LIVENESS)
         .replace('"localhost:8001"', repr(url))
         .replace("return frames", "return PERFORM(move)"))
-    printed = run_snippet(code).splitlines()
+    printed = run_snippet(code, LIVENESS).splitlines()
     assert printed[0] == "None" and printed[1] in ("left", "right", "up", "down"), printed
     assert printed[-1].startswith("True ") and printed[-1].endswith(" []"), printed
 
@@ -93,7 +113,7 @@ def test_the_verification_snippet_prints_a_decision_with_reasons(server, tmp_pat
     samples = tmp_path / "samples"
     subprocess.run([sys.executable, "-m", "kyc_tools.cli", "samples", "--out", str(samples)],
                    cwd=PROJECT_ROOT, check=True, capture_output=True, timeout=120)
-    code = (readme_snippet("Verifying a customer (`kyc_ensemble`)")
+    code = (readme_snippet("2. Clients: `kyc_ensemble` and `liveness_sequence`")
             .replace('"localhost:8001"', repr(server.options.grpc_url))
             .replace('"document.jpg"', repr(str(samples / "document.jpg")))
             .replace('"selfie.jpg"', repr(str(samples / "selfie.jpg"))))
@@ -127,11 +147,11 @@ def test_the_capture_snippet_streams_a_camera_and_verifies_with_its_token(
         "            return\n"
         "        done = capture.progress['moves_done']\n"
         "    yield from shoot(PERFORM(None))\n")
-    code = setup + (readme_snippet("Liveness (for app developers)", 1)
+    code = setup + (readme_snippet(LIVENESS_SESSION, 1, page=LIVENESS)
                     .replace('"localhost:8001"', repr(server.options.grpc_url))
                     .replace('"document.jpg"', repr(str(tmp_path / "document.jpg")))
                     .replace('"selfie.jpg"', repr(str(tmp_path / "selfie.jpg"))))
-    printed = run_snippet(code).splitlines()
+    printed = run_snippet(code, LIVENESS).splitlines()
     assert printed[0].startswith("turn your head to your") or printed[0].startswith(
         "tilt your head"), printed
     assert "done: keep looking at the camera" in printed[1:-2], printed

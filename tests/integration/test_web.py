@@ -8,8 +8,8 @@ random challenge asks. The head turns are 3-D head turns of a real photo's face 
 the canonical face mesh (kyc_tools.synthetic.liveness), NOT video of a live person. With
 the shipped policy (no passive anti-spoofing model), the best decision is review.
 
-Set KYC_SCREENSHOTS=DIR to keep a screenshot of each state there (docs/web/ holds the
-README's).
+Set KYC_SCREENSHOTS=DIR to keep a screenshot of each state there (docs/web/ holds those
+docs/web.md shows).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Labelled data for ``kyc eval``, read from the user's folders (formats in the README).
+"""Labelled data for ``kyc eval``, read from the user's folders (formats in docs/eval/README.md).
 
 - faces: ``DIR/<person>/<image>``: every image of one folder is one person;
 - documents: ``DIR/<name>.<jpg|png|...>`` with ``DIR/<name>.json``: ``{"mrz": [lines],

@@ -11,8 +11,8 @@ served repository that sets ``challenge`` is refused by ``kyc repo check``).
 What the verdict rests on is said in the report: the active challenge (head moves,
 one person, sharpness, duration), the relief check (the head turns must show a solid
 face) and, only when one is configured, a passive anti-spoofing model. None is
-shipped: no credible pretrained weights exist on a package registry (the README's
-Liveness section). Attack types are presentation attacks (media shown to a camera,
+shipped: no credible pretrained weights exist on a package registry (docs/liveness.md).
+Attack types are presentation attacks (media shown to a camera,
 ISO/IEC 30107-3: the worst APCER is theirs) or injection (frames made by software,
 reported apart: what no server-side check of pixels can tell from a camera).
 """
