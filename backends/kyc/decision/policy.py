@@ -2,23 +2,9 @@
 
 Pure code. Every threshold is a ``kyc_decision`` config parameter
 (:class:`DecisionSettings`); the face-match threshold is ``face_embedding``'s own
-``match_threshold`` (it belongs to the weights). Reasons are stable snake_case
-codes; each is a ``reject`` or a ``review`` reason:
-
-reject: ``face_mismatch`` (both faces found, cosine below the threshold),
-``liveness_failed`` (a genuine token that says not live), ``liveness_token_invalid``
-(altered, made with another key, not a token, or bound to another application),
-``liveness_token_reused`` (a genuine token already spent by a verification:
-kyc.decision.ledger), ``selfie_not_live_person`` (the
-selfie is not the face the liveness session saw), ``mrz_check_failed``,
-``document_expired``, ``underage``, ``high_fraud_score``.
-
-review: ``no_face_in_document``, ``no_face_in_selfie``, ``multiple_faces_in_selfie``,
-``liveness_missing`` (no token: never approve without liveness),
-``liveness_token_expired``, ``liveness_without_passive_pad`` (a live token whose
-session had no passive anti-spoofing model: see below), ``mrz_not_found``,
-``visual_zone_mismatch`` (the visual zone was read but does not show the MRZ's
-surname or document number), ``elevated_fraud_score``.
+``match_threshold`` (it belongs to the weights). The reason codes, each a ``reject`` or
+a ``review`` reason, with what each means, are declared once in :mod:`kyc.reasons`
+(docs/reason-codes.md is generated from it); :func:`decide` refers to them there.
 
 Lower assurance without passive PAD (``approve_without_passive_pad``, false by
 default): the active challenge and the relief check stop a photo however it is
@@ -43,13 +29,33 @@ from typing import Any
 from kyc.decision.features import age_years
 from kyc.document.visual import shows_mrz_fields
 from kyc.pipeline.seal import SEAL_MAX_AGE_S
+from kyc.reasons import (
+    DECISION_REASONS,
+    DOCUMENT_EXPIRED,
+    ELEVATED_FRAUD_SCORE,
+    FACE_MISMATCH,
+    HIGH_FRAUD_SCORE,
+    LIVENESS_FAILED,
+    LIVENESS_MISSING,
+    LIVENESS_TOKEN_EXPIRED,
+    LIVENESS_TOKEN_INVALID,
+    LIVENESS_TOKEN_REUSED,
+    LIVENESS_WITHOUT_PASSIVE_PAD,
+    MRZ_CHECK_FAILED,
+    MRZ_NOT_FOUND,
+    MULTIPLE_FACES_IN_SELFIE,
+    NO_FACE_IN_DOCUMENT,
+    NO_FACE_IN_SELFIE,
+    SELFIE_NOT_LIVE_PERSON,
+    UNDERAGE,
+    VISUAL_ZONE_MISMATCH,
+    Outcome,
+    Reason,
+)
 
-REJECT = ("face_mismatch", "liveness_failed", "liveness_token_invalid", "liveness_token_reused",
-          "selfie_not_live_person", "mrz_check_failed", "document_expired", "underage",
-          "high_fraud_score")
-REVIEW = ("no_face_in_document", "no_face_in_selfie", "multiple_faces_in_selfie",
-          "liveness_missing", "liveness_token_expired", "liveness_without_passive_pad",
-          "mrz_not_found", "visual_zone_mismatch", "elevated_fraud_score")
+# The codes (strings, as REPORT carries them), from kyc.reasons: in REPORT's order.
+REJECT = tuple(r.code for r in DECISION_REASONS if r.outcome is Outcome.REJECT)
+REVIEW = tuple(r.code for r in DECISION_REASONS if r.outcome is Outcome.REVIEW)
 REASONS = REJECT + REVIEW
 
 
@@ -110,61 +116,61 @@ def visual_zone_consistent(document: Mapping[str, Any], visual_lines: Sequence[s
 def decide(findings: Findings, settings: DecisionSettings, match_threshold: float,
            today: date) -> tuple[str, list[str], dict[str, Any]]:
     """(decision, reasons in REASONS order, figures behind them)."""
-    reasons: set[str] = set()
+    held: set[Reason] = set()
     f = findings
     if not f.document_face_found:
-        reasons.add("no_face_in_document")
+        held.add(NO_FACE_IN_DOCUMENT)
     if not f.selfie_face_found:
-        reasons.add("no_face_in_selfie")
+        held.add(NO_FACE_IN_SELFIE)
     if f.selfie_faces > 1:
-        reasons.add("multiple_faces_in_selfie")
+        held.add(MULTIPLE_FACES_IN_SELFIE)
     if f.document_face_found and f.selfie_face_found and f.face_match_score < match_threshold:
-        reasons.add("face_mismatch")
+        held.add(FACE_MISMATCH)
     live = f.liveness
     if not live.provided:
-        reasons.add("liveness_missing")
+        held.add(LIVENESS_MISSING)
     elif live.expired:
-        reasons.add("liveness_token_expired")
+        held.add(LIVENESS_TOKEN_EXPIRED)
     elif live.reused:
-        reasons.add("liveness_token_reused")
+        held.add(LIVENESS_TOKEN_REUSED)
     elif not live.valid:
-        reasons.add("liveness_token_invalid")
+        held.add(LIVENESS_TOKEN_INVALID)
     else:
         if not live.live:
-            reasons.add("liveness_failed")
+            held.add(LIVENESS_FAILED)
         elif not live.passive_pad and not settings.approve_without_passive_pad:
-            reasons.add("liveness_without_passive_pad")
+            held.add(LIVENESS_WITHOUT_PASSIVE_PAD)
         if f.selfie_face_found and (live.selfie_similarity is None
                                     or live.selfie_similarity < match_threshold):
-            reasons.add("selfie_not_live_person")
+            held.add(SELFIE_NOT_LIVE_PERSON)
     mrz = f.document.get("mrz")
     fields = f.document.get("fields") or {}
     if mrz is None:
-        reasons.add("mrz_not_found")
+        held.add(MRZ_NOT_FOUND)
     elif mrz.get("valid") is not True:
-        reasons.add("mrz_check_failed")
+        held.add(MRZ_CHECK_FAILED)
     if f.document.get("expired") is True:
-        reasons.add("document_expired")
+        held.add(DOCUMENT_EXPIRED)
     age = age_years(fields.get("birth_date"), today) if fields.get("birth_date") else None
     if age is not None and age < settings.min_age:
-        reasons.add("underage")
+        held.add(UNDERAGE)
     consistent = (visual_zone_consistent(f.document, f.visual_lines)
                   if settings.check_visual_zone else None)
     if consistent is False:
-        reasons.add("visual_zone_mismatch")
+        held.add(VISUAL_ZONE_MISMATCH)
     if f.fraud_score >= settings.fraud_reject_threshold:
-        reasons.add("high_fraud_score")
+        held.add(HIGH_FRAUD_SCORE)
     elif f.fraud_score >= settings.fraud_review_threshold:
-        reasons.add("elevated_fraud_score")
-    ordered = [r for r in REASONS if r in reasons]
-    if any(r in REJECT for r in ordered):
-        decision = "reject"
+        held.add(ELEVATED_FRAUD_SCORE)
+    ordered = [r for r in DECISION_REASONS if r in held]
+    if any(r.outcome is Outcome.REJECT for r in ordered):
+        decision = Outcome.REJECT
     elif ordered:
-        decision = "review"
+        decision = Outcome.REVIEW
     else:
-        decision = "approve"
+        decision = Outcome.APPROVE
     figures = {"age": age, "visual_zone_consistent": consistent,
                "match_threshold": match_threshold, "min_age": settings.min_age,
                "fraud_review_threshold": settings.fraud_review_threshold,
                "fraud_reject_threshold": settings.fraud_reject_threshold}
-    return decision, ordered, figures
+    return decision.value, [r.code for r in ordered], figures

@@ -1,18 +1,26 @@
-"""The active challenge: an ordered list of head moves, finding them in a pose
-trajectory, and the words that guide a person through them.
+"""The active challenge: an ordered list of moves, finding them in a trajectory of a
+frame's measures, and the words that guide a person through them.
 
-Poses come from ``kyc.face.quality.head_pose`` on the detector's landmarks, in the
-frame as the camera sends it (not mirrored): yaw > 0 when the face turns towards
-the image's right, which is the person's own LEFT; pitch > 0 when it tilts up.
-A pose no head makes (:func:`plausible`: beyond :data:`MAX_YAW_DEG` or
-:data:`MAX_PITCH_DEG`, or a fit that did not converge) is no pose at all: it is
-neither a move nor the centre.
+A move is declared once (:data:`MOVES`): a direction on a named measure of the frame
+(:data:`MEASURES`) and its words. The measures today are the head pose's yaw and pitch;
+a measure is a name and how to read it from a frame (kyc.liveness.session.Frame), so a
+new one (a mouth opening, read into ``Frame.readings`` by the step) and moves on it are
+declarations here: the session, the zones and the guidance read every move through
+its declaration. To add a move: docs/vocabularies.md; docs/liveness-moves.md is
+generated from here (``kyc docs moves``).
 
-A trajectory is cut into zones with hysteresis, relative to the session's
-baseline (the median pose of its first frames with a face):
+Poses come from the head pose of the frame's landmarks, in the frame as the camera
+sends it (not mirrored): yaw > 0 when the face turns towards the image's right, which
+is the person's own LEFT; pitch > 0 when it tilts up. A pose no head makes
+(:func:`plausible`: beyond :data:`MAX_YAW_DEG` or :data:`MAX_PITCH_DEG`, or a fit that
+did not converge) is no pose at all: it is neither a move nor the centre.
 
-- a move's zone is entered when the angle on its axis passes ``amplitude``
-  degrees in its direction, and left only when it comes back within ``centre``;
+A trajectory (each frame's measures, in :data:`MEASURES` order) is cut into zones with
+hysteresis, relative to the session's baseline (the median of its first frames with a
+reading of every measure):
+
+- a move's zone is entered when its measure passes ``amplitude`` (degrees, for the
+  head pose) in its direction, and left only when it comes back within ``centre``;
 - anywhere else is the centre zone;
 - a zone counts once it has held ``min_hold`` consecutive frames.
 
@@ -34,11 +42,11 @@ import math
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 CENTRE = "centre"
-YAW, PITCH = 0, 1
 # A head turns about 80 degrees each way at most, and the five landmarks are read
 # reliably to about 60 (kyc.face.quality): a reading beyond is a misfit, not a turn.
 MAX_YAW_DEG = 60.0
@@ -46,22 +54,58 @@ MAX_PITCH_DEG = 50.0
 
 
 @dataclass(frozen=True)
-class Move:
+class Measure:
+    """A figure of a frame that moves are made on, read relative to the session's
+    baseline, in the unit of the ``amplitude_deg``/``centre_deg`` settings."""
+
     name: str
-    axis: int  # YAW or PITCH
-    sign: int  # +1 or -1 on that axis
+    what: str  # for the docs: what it measures and its sign
+    read: Callable[[Any], float | None]  # the frame's value; None: the frame has none
+
+
+def _head_pose(k: int) -> Callable[[Any], float | None]:
+    def read(frame: Any) -> float | None:
+        return None if frame.pose is None else frame.pose[k]
+    return read
+
+
+YAW = Measure("yaw", "the head turned, degrees: > 0 towards the image's right (the "
+                     "person's left, the frame not mirrored)", _head_pose(0))
+PITCH = Measure("pitch", "the head tilted, degrees: > 0 up", _head_pose(1))
+# Every measure a frame is read on, in the order of a trajectory's offsets.
+MEASURES: dict[str, Measure] = {m.name: m for m in (YAW, PITCH)}
+
+
+@dataclass(frozen=True)
+class Move:
+    """A move: past the amplitude on ``measure`` in direction ``sign``, held."""
+
+    name: str
+    measure: Measure
+    sign: int  # +1 or -1 on that measure
     instruction: str  # what the person is asked
     more: str  # when they are on their way but not there yet
 
+    def along(self, offset: np.ndarray) -> float:
+        """How far the offset (from the baseline, :data:`MEASURES` order) goes this way."""
+        return self.sign * offset[list(MEASURES).index(self.measure.name)]
 
-MOVES = {
-    "left": Move("left", YAW, +1, "turn your head to your left",
-                 "a little more to your left"),
-    "right": Move("right", YAW, -1, "turn your head to your right",
-                  "a little more to your right"),
-    "up": Move("up", PITCH, +1, "tilt your head up", "a little higher"),
-    "down": Move("down", PITCH, -1, "tilt your head down", "a little lower"),
-}
+
+MOVES: dict[str, Move] = {m.name: m for m in (
+    Move("left", YAW, +1, "turn your head to your left", "a little more to your left"),
+    Move("right", YAW, -1, "turn your head to your right", "a little more to your right"),
+    Move("up", PITCH, +1, "tilt your head up", "a little higher"),
+    Move("down", PITCH, -1, "tilt your head down", "a little lower"),
+)}
+
+
+def reading(frame: Any) -> np.ndarray | None:
+    """The frame's value on every measure (:data:`MEASURES` order); None when it lacks
+    any (no face, or a pose no head makes): such a frame is neither a move nor the
+    centre."""
+    values = [m.read(frame) for m in MEASURES.values()]
+    return None if any(v is None for v in values) else np.array(values)
+
 
 # Every line a person may read during a session (STATUS "guidance"), besides the
 # moves' own words above: one vocabulary, shown as it is by every client.
@@ -91,7 +135,9 @@ def parse_moves(text: str) -> tuple[str, ...]:
 
 
 def yaw_moves(moves: Sequence[str]) -> int:
-    return sum(MOVES[m].axis == YAW for m in moves)
+    """How many of ``moves`` turn the head (on the yaw measure: the relief check reads
+    head turns)."""
+    return sum(MOVES[m].measure.name == YAW.name for m in moves)
 
 
 def draw_challenge(moves: Sequence[str], length: int,
@@ -127,18 +173,16 @@ def possible_challenges(moves: Sequence[str], length: int, min_turns: int = 0
 
 def zone_of(offset: np.ndarray, previous: str, moves: Sequence[str], amplitude: float,
             centre: float) -> str:
-    """The zone of one pose offset (yaw, pitch) from the baseline, given the previous:
-    a move's zone is entered at ``amplitude`` and left within ``centre`` on its axis.
-    Past the amplitude on both axes (a tilt that also turns a little), the move that
-    went furthest wins."""
-    reached = [(MOVES[n].sign * offset[MOVES[n].axis], n) for n in moves
-               if MOVES[n].sign * offset[MOVES[n].axis] >= amplitude]
+    """The zone of one offset from the baseline (:data:`MEASURES` order), given the
+    previous: a move's zone is entered at ``amplitude`` and left within ``centre`` on its
+    measure. Past the amplitude on two measures (a tilt that also turns a little), the
+    move that went furthest wins."""
+    reached = [(MOVES[n].along(offset), n) for n in moves
+               if MOVES[n].along(offset) >= amplitude]
     if reached:
         return max(reached)[1]
-    if previous != CENTRE:
-        move = MOVES[previous]
-        if move.sign * offset[move.axis] > centre:
-            return previous
+    if previous != CENTRE and MOVES[previous].along(offset) > centre:
+        return previous
     return CENTRE
 
 
@@ -173,8 +217,8 @@ class Track:
 
 def events(offsets: Sequence[np.ndarray | None], moves: Sequence[str], amplitude: float,
            centre: float, min_hold: int) -> list[str]:
-    """The move events of a trajectory of pose offsets (None: no face or no plausible
-    pose in that frame, which neither breaks nor extends a hold)."""
+    """The move events of a trajectory of offsets (None: no reading in that frame, no face
+    or no plausible pose, which neither breaks nor extends a hold)."""
     track = Track(tuple(moves), amplitude, centre, min_hold)
     for offset in offsets:
         track.feed(offset)
@@ -203,6 +247,6 @@ def guidance(track: Track, challenge: Sequence[str], done: int) -> str:
         return GUIDANCE["hold"]
     if track.zone != CENTRE or track.counted != CENTRE:
         return GUIDANCE["back"]  # a move made (or a wrong one): the centre first
-    if move.sign * track.last[move.axis] > track.centre:
+    if move.along(track.last) > track.centre:
         return move.more
     return move.instruction

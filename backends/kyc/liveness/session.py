@@ -7,7 +7,8 @@ here logs (embeddings, poses and views belong to a person).
 
 What a session must show to be live (every threshold is a config parameter):
 
-- ``challenge``: the challenge's head moves, exactly, in order (see challenge.py);
+- ``challenge``: the challenge's moves, exactly, in order (see challenge.py: each move
+  a direction on a measure of the frame, the head pose's yaw or pitch today);
 - ``relief``: the head turns show the relief of a solid face (kyc.liveness.relief):
   the median relief ratio of the most turned views against each baseline view, at
   least ``min_relief``. A print, a screen or a warp of one photo shows none,
@@ -62,7 +63,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 import cv2
@@ -72,6 +73,7 @@ from kyc.face.quality import head_pose
 from kyc.image import MAX_PIXELS_PER_BYTE, ImageLimits
 from kyc.liveness.challenge import (
     GUIDANCE,
+    MEASURES,
     MOVES,
     YAW,
     Track,
@@ -79,10 +81,12 @@ from kyc.liveness.challenge import (
     guidance,
     parse_moves,
     progress,
+    reading,
     yaw_moves,
 )
 from kyc.liveness.relief import FaceView, relief
 from kyc.pipeline.step import where_raised
+from kyc.reasons import LIVENESS_REASONS
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +191,9 @@ class Frame:
     embedding: np.ndarray | None = None  # L2-normalised, when a face was found
     pad_score: float | None = None  # real-face probability from face_antispoof
     implausible: bool = False  # a face whose pose no head makes (pose is None)
+    # Measures of the frame other than the head pose, by name (kyc.liveness.challenge
+    # MEASURES read them): none today.
+    readings: Mapping[str, float] = field(default_factory=dict)
 
     def findings(self, settings: LivenessSettings) -> dict:
         """The per-frame part of STATUS: no identity and no angle, only what the app can
@@ -201,6 +208,10 @@ class Frame:
 # before it by this share: consecutive frames of one camera differ by a few percent
 # (JPEG noise), which would make every other frame a new sharpest one.
 FRONTAL_SHARPER_BY = 0.1
+# The relief check reads head turns: the offset on the yaw measure.
+TURN = list(MEASURES).index(YAW.name)
+# kyc.liveness.relief's axis of a head turn (the horizontal)
+RELIEF_TURN_AXIS = 0
 
 
 @dataclass
@@ -218,9 +229,10 @@ class Session:
     started: float  # time.monotonic()
     last_seen: float
     frames: list[Frame] = field(default_factory=list)
-    # The (yaw, pitch) of the first frames with a plausible pose (their median is the
-    # baseline), and the sharpness of the sharpest frame facing the camera embedded.
-    baseline: list[tuple[float, float]] = field(default_factory=list)
+    # The measures (kyc.liveness.challenge.MEASURES: yaw, pitch) of the first frames with
+    # a reading of each (their median is the baseline), and the sharpness of the sharpest
+    # frame facing the camera embedded.
+    baseline: list[np.ndarray] = field(default_factory=list)
     best_frontal_sharpness: float = -np.inf
     base_views: list[TurnView] = field(default_factory=list)  # the baseline frames' views
     turn_views: dict[int, list[TurnView]] = field(default_factory=dict)  # by yaw sign
@@ -233,10 +245,11 @@ class Session:
         settings = settings or LivenessSettings()
         self.frames.append(frame)
         self.last_seen = now
-        if frame.pose is None:
+        measured = reading(frame)
+        if measured is None:
             return
         if len(self.baseline) < settings.baseline_frames:
-            self.baseline.append((frame.pose[0], frame.pose[1]))
+            self.baseline.append(measured)
             if view is not None:
                 self.base_views.append(TurnView(0.0, frame.pose, view))
             if len(self.baseline) == settings.baseline_frames:
@@ -245,12 +258,13 @@ class Session:
                 for offset in self.offsets(settings):
                     self.track.feed(offset)
             return
-        offset = np.array(frame.pose[:2]) - self._baseline()
+        offset = measured - self._baseline()
         if self.track is not None:
             self.track.feed(offset)
-        if view is not None and abs(offset[YAW]) >= settings.amplitude_deg:
-            self._keep_turn(TurnView(abs(float(offset[YAW])), frame.pose, view),
-                            int(np.sign(offset[YAW])), settings.relief_views)
+        turn = offset[TURN]
+        if view is not None and frame.pose is not None and abs(turn) >= settings.amplitude_deg:
+            self._keep_turn(TurnView(abs(float(turn)), frame.pose, view),
+                            int(np.sign(turn)), settings.relief_views)
 
     def _keep_turn(self, turn: TurnView, sign: int, keep: int) -> None:
         kept = self.turn_views.setdefault(sign, [])
@@ -261,13 +275,16 @@ class Session:
     def _baseline(self) -> np.ndarray:
         return np.median(np.array(self.baseline), axis=0)
 
-    def wants_embedding(self, pose: tuple[float, float, float] | None, sharpness: float,
-                        settings: LivenessSettings) -> bool:
-        """Whether the next frame with a face (``pose``: None when no plausible one,
-        ``sharpness``) is embedded and compared (see the module docstring)."""
-        if pose is None or len(self.baseline) < settings.baseline_frames:
+    def wants_embedding(self, seen: Frame | tuple[float, float, float] | None,
+                        sharpness: float, settings: LivenessSettings) -> bool:
+        """Whether the next frame with a face is embedded and compared (see the module
+        docstring): ``seen``, the frame without its embedding, or its head pose alone
+        (None when no plausible one); ``sharpness``, its sharpness."""
+        frame = seen if isinstance(seen, Frame) else Frame(True, pose=seen)
+        measured = reading(frame)
+        if measured is None or len(self.baseline) < settings.baseline_frames:
             return True
-        offset = np.abs(np.array(pose[:2]) - self._baseline()).max()
+        offset = np.abs(measured - self._baseline()).max()
         if offset > settings.centre_deg:
             return True
         if sharpness > self.best_frontal_sharpness * (1 + FRONTAL_SHARPER_BY):
@@ -276,9 +293,10 @@ class Session:
         return False
 
     def offsets(self, settings: LivenessSettings) -> list[np.ndarray | None]:
-        """Each frame's (yaw, pitch) minus the baseline (median of the first frames
-        with a plausible pose); None where there is no face or no plausible pose."""
-        poses = [np.array(f.pose[:2]) if f.face_found and f.pose else None for f in self.frames]
+        """Each frame's measures (yaw, pitch) minus the baseline (median of the first
+        frames with a reading); None where there is no face or no reading (no plausible
+        pose)."""
+        poses = [reading(f) if f.face_found else None for f in self.frames]
         seen = [p for p in poses if p is not None][: settings.baseline_frames]
         if not seen:
             return [None] * len(poses)
@@ -339,7 +357,8 @@ def _relief(base: TurnView, turn: TurnView, five: float) -> float:
     head = turn.pose[0] - base.pose[0]
     if not math.isfinite(five):
         return 0.0
-    return relief(base.view, turn.view, YAW, math.copysign(max(abs(five), abs(head)), head))
+    return relief(base.view, turn.view, RELIEF_TURN_AXIS,
+                  math.copysign(max(abs(five), abs(head)), head))
 
 
 def _measured(relief_of: Callable[[Session], float | None], session: Session) -> float | None:
@@ -432,12 +451,5 @@ def judge(session: Session, settings: LivenessSettings, ended: float,
                    None if best is None else frames[best].embedding)
 
 
-REASONS = {
-    "challenge": "challenge_not_completed",
-    "relief": "face_looks_flat",
-    "same_person": "face_changed",
-    "single_face": "multiple_or_no_faces",
-    "sharp_frames": "too_few_sharp_frames",
-    "duration": "duration_out_of_bounds",
-    "passive_pad": "passive_pad_failed",
-}
+# Each check's name -> the reason code its failure gives (declared in kyc.reasons).
+REASONS = {r.check: r.code for r in LIVENESS_REASONS}

@@ -29,6 +29,7 @@ import numpy as np
 
 from kyc.pipeline.local import LocalRepository
 from kyc.pipeline.step import Request
+from kyc.reasons import FACE_MISMATCH
 from kyc_tools.bench.measure import Outcome
 from kyc_tools.bench.models import onnx_threads
 from kyc_tools.client import Verification
@@ -64,7 +65,7 @@ def kyc_cases(count: int) -> list[KycCase]:
 def tally(result: Verification) -> dict[str, int]:
     """What a decided request adds to the window's tallies (served and in process)."""
     return {"requests_decided": 1, f"decision_{result.decision}": 1,
-            "face_matched": int("face_mismatch" not in result.reasons
+            "face_matched": int(FACE_MISMATCH.code not in result.reasons
                                 and result.face_match_score >= 0)}
 
 

@@ -106,6 +106,7 @@ def command_entry_points() -> list[EntryPoint]:
 
 # -- parser -------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
+    from kyc_tools.cli.docs import add_docs_parser
     from kyc_tools.cli.eval import add_eval_parser
     from kyc_tools.cli.tune import add_tune_parser
     from kyc_tools.cli.verdict import add_verdict_parser
@@ -128,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_web_parser(sub)
     add_deploy_parsers(sub)
     add_health_parser(sub)
+    add_docs_parser(sub)
     return parser
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from kyc.liveness.challenge import MOVES, PITCH
+from kyc.liveness.challenge import MOVES, PITCH, YAW
 from kyc_tools.synthetic.liveness import cylinder_warp, encode, frame_variant
 
 PRESENTATION, INJECTION = "presentation", "injection"
@@ -65,14 +65,20 @@ SPECIES = {s.name: s for s in (
 # a head tilted down (measured on the test photos).
 TURN_DEG = 50.0
 TILT_DEG = 45.0
+MEDIUM_DEG = {YAW.name: TURN_DEG, PITCH.name: TILT_DEG}  # by the move's measure
 
 
 def _pose(move: str | None, amount: float = 1.0) -> tuple[float, float]:
+    """The (yaw, pitch) the medium takes for ``move`` (declared in MOVES) at ``amount``."""
     if move is None:
         return (0.0, 0.0)
     spec = MOVES[move]
-    angle = spec.sign * amount * (TILT_DEG if spec.axis == PITCH else TURN_DEG)
-    return (0.0, angle) if spec.axis == PITCH else (angle, 0.0)
+    if spec.measure.name not in MEDIUM_DEG:
+        raise ValueError(f"move {move!r} is made on {spec.measure.name!r}: a medium is turned "
+                         f"or tilted ({YAW.name}, {PITCH.name}) only")
+    pose = {YAW.name: 0.0, PITCH.name: 0.0,
+            spec.measure.name: spec.sign * amount * MEDIUM_DEG[spec.measure.name]}
+    return (pose[YAW.name], pose[PITCH.name])
 
 
 def plane_turn(image: np.ndarray, yaw: float = 0.0, pitch: float = 0.0,

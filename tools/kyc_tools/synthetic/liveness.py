@@ -29,11 +29,13 @@ import numpy as np
 from PIL import Image
 
 from kyc.face.mesh import FaceMesh, load_face_mesh
-from kyc.liveness.challenge import MOVES, PITCH
+from kyc.liveness.challenge import MOVES, PITCH, YAW
 
-# How far the rendered person moves, degrees: head_pose reads about two thirds of a
-# rendered turn (measured on the test photos: 40 reads 28-29; a tilt down least).
-MOVE_DEG = {"left": 40.0, "right": 40.0, "up": 35.0, "down": 45.0}
+# How far the rendered person moves on each head-pose measure, by direction, degrees:
+# head_pose reads about two thirds of a rendered turn (measured on the test photos: 40
+# reads 28-29; a tilt down least). Any move declared on these measures renders.
+RENDER_DEG = {(YAW.name, +1): 40.0, (YAW.name, -1): 40.0,
+              (PITCH.name, +1): 35.0, (PITCH.name, -1): 45.0}
 # The pivot of a head turn, behind the nose tip: the neck, about 10 cm back; the
 # mesh's origin is about 7.6 cm behind its nose tip.
 PIVOT_Z_CM = -2.5
@@ -47,12 +49,19 @@ def load_mesh() -> FaceMesh:
 
 
 def move_pose(move: str | None) -> tuple[float, float]:
-    """The (yaw, pitch) a rendered person takes for ``move`` (None: facing)."""
+    """The (yaw, pitch) a rendered person takes for ``move`` (None: facing): the move's
+    declared direction on its measure (kyc.liveness.challenge.MOVES), as far as
+    :data:`RENDER_DEG` says. A move on a measure other than the head pose's is not
+    rendered (ValueError)."""
     if move is None:
         return (0.0, 0.0)
     spec = MOVES[move]
-    angle = spec.sign * MOVE_DEG[move]
-    return (0.0, angle) if spec.axis == PITCH else (angle, 0.0)
+    amount = RENDER_DEG.get((spec.measure.name, spec.sign))
+    if amount is None:
+        raise ValueError(f"move {move!r} is made on {spec.measure.name!r}: the head renderer "
+                         f"renders moves of the head pose ({YAW.name}, {PITCH.name}) only")
+    pose = {YAW.name: 0.0, PITCH.name: 0.0, spec.measure.name: spec.sign * amount}
+    return (pose[YAW.name], pose[PITCH.name])
 
 
 def _similarity(source: np.ndarray, target: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
