@@ -264,3 +264,19 @@ def test_check_refuses_a_fixed_liveness_challenge(tiny_repository):
                'name: "echo"\nparameters { key: "challenge" value: { string_value: "left" } }')
     (message,) = messages(tiny_repository)
     assert message.startswith("repo/echo/config.pbtxt: parameter 'challenge' fixes every")
+
+
+def test_check_cli_names_a_python_models_config_that_breaks_its_steps_contract(tmp_path,
+                                                                               capsys):
+    from kyc_testing import SHIPPED_REPOSITORY
+
+    repo = tmp_path / "repo"
+    for model in ("ocr_preprocess", "kyc_intake"):  # the step and the model it reads
+        shutil.copytree(SHIPPED_REPOSITORY / model, repo / model)
+    assert main(["repo", "check", str(repo)]) == 0
+    capsys.readouterr()
+    set_config(repo, "ocr_preprocess", 'name: "ATTESTATION"', 'name: "PROOF"')
+    assert main(["repo", "check", str(repo)]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        "ocr_preprocess/config.pbtxt: outputs ['CANVAS', 'PROOF', 'SCALE'] != declared "
+        "['ATTESTATION', 'CANVAS', 'SCALE']"]

@@ -390,6 +390,15 @@ def contract_mismatches(graph: Graph, repository: Path) -> list[str]:
     return problems
 
 
+def step_contract_problems(repository: Path) -> list[str]:
+    """``kyc repo check``'s lines for :func:`contract_mismatches` (``MODEL/config.pbtxt:
+    ...``). Not in the watcher's check of a dropped version: a version folder brings no
+    config, and the check would import every step into ``kyc serve``'s process."""
+    graph = build_graph(repository)
+    return [f"{model}/{CONFIG}: {problem}" for model, _, problem in
+            (line.partition(": ") for line in contract_mismatches(graph, repository))]
+
+
 def _tensor_mismatches(config: ModelConfig, contract: Contract) -> list[str]:
     required = {t.name for t in config.input if not t.optional}
     optional = {t.name for t in config.input if t.optional}
