@@ -177,8 +177,7 @@ def zone_of(offset: np.ndarray, previous: str, moves: Sequence[str], amplitude: 
     previous: a move's zone is entered at ``amplitude`` and left within ``centre`` on its
     measure. Past the amplitude on two measures (a tilt that also turns a little), the
     move that went furthest wins."""
-    reached = [(MOVES[n].along(offset), n) for n in moves
-               if MOVES[n].along(offset) >= amplitude]
+    reached = [(far, n) for n in moves if (far := MOVES[n].along(offset)) >= amplitude]
     if reached:
         return max(reached)[1]
     if previous != CENTRE and MOVES[previous].along(offset) > centre:

@@ -42,11 +42,11 @@ def add_repo_parser(sub: argparse._SubParsersAction) -> None:
 
 def cmd_repo_check(args: argparse.Namespace) -> int:
     from kyc_tools.repo.check import check_repository
-    from kyc_tools.repo.graph import step_contract_problems
+    from kyc_tools.repo.graph import build_graph, contract_mismatches
 
     problems = [str(p) for p in check_repository(args.directory)]
     if not problems:  # a sound repository: each Python model against its step's CONTRACT
-        problems = step_contract_problems(args.directory)
+        problems = contract_mismatches(build_graph(args.directory), args.directory)
     for problem in problems:
         print(problem)
     if problems:

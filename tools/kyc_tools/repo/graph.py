@@ -374,29 +374,23 @@ def step_map(graph: Graph) -> StepMap:
 
 def contract_mismatches(graph: Graph, repository: Path) -> list[str]:
     """Where a Python model's config and its step's CONTRACT disagree: tensors, the
-    ``*_model`` parameters, or the declaration itself (empty: they agree)."""
+    ``*_model`` parameters, or the declaration itself, one ``MODEL/config.pbtxt: ...``
+    line each (empty: they agree). ``kyc repo check`` prints them; the watcher's check of
+    a dropped version does not run it (a version folder brings no config, and it would
+    import every step into ``kyc serve``'s process)."""
     configs = read_configs(repository)
     problems = []
     for model in graph.models:
         contract = _contract(model.step)
         if contract is None:
             continue
-        found = [f"{model.name}: {p}" for p in contract_problems(contract)]
-        found += [f"{model.name}: {p}" for p in _tensor_mismatches(configs[model.name], contract)]
-        unknown = set(model_references(configs[model.name])) - set(contract.model_settings())
-        found += [f"{model.name}: parameter {k} names a model {model.step} does not use"
-                  for k in sorted(unknown)]
-        problems += found
+        config = configs[model.name]
+        unknown = set(model_references(config)) - set(contract.model_settings())
+        found = [*contract_problems(contract), *_tensor_mismatches(config, contract),
+                 *(f"parameter {k} names a model {model.step} does not use"
+                   for k in sorted(unknown))]
+        problems += [f"{model.name}/{CONFIG}: {p}" for p in found]
     return problems
-
-
-def step_contract_problems(repository: Path) -> list[str]:
-    """``kyc repo check``'s lines for :func:`contract_mismatches` (``MODEL/config.pbtxt:
-    ...``). Not in the watcher's check of a dropped version: a version folder brings no
-    config, and the check would import every step into ``kyc serve``'s process."""
-    graph = build_graph(repository)
-    return [f"{model}/{CONFIG}: {problem}" for model, _, problem in
-            (line.partition(": ") for line in contract_mismatches(graph, repository))]
 
 
 def _tensor_mismatches(config: ModelConfig, contract: Contract) -> list[str]:
