@@ -25,7 +25,7 @@ def rgb(path) -> np.ndarray:
 
 
 def document(photos, seed: int, *, expired: bool = False, forged: bool = False,
-             underage: bool = False) -> bytes:
+             underage: bool = False, printed: bool = True) -> bytes:
     rng = np.random.default_rng(seed)
     identity = random_identity(rng, expired=expired)
     if underage:
@@ -36,7 +36,7 @@ def document(photos, seed: int, *, expired: bool = False, forged: bool = False,
         genuine = render_document(identity, "td3", None, None, rng)
         lines, _ = alter_mrz_digit(list(genuine.mrz_lines), rng)
     return render_document(identity, "td3", portrait, Degradation(), rng,
-                           mrz_lines=lines).jpeg_bytes()
+                           mrz_lines=lines, printed=printed).jpeg_bytes()
 
 
 def token_of(server, client, photos, role: str, application: str | None = None) -> bytes:

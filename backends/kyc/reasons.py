@@ -134,7 +134,8 @@ LIVENESS_MISSING = Reason(
     LIVENESS_NOT_CONFIRMED)
 LIVENESS_TOKEN_EXPIRED = Reason(
     "liveness_token_expired", Outcome.REVIEW,
-    "a genuine token past its lifetime (`liveness_sequence`'s `token_ttl_s`)",
+    "a genuine token past its lifetime (`liveness_sequence`'s `token_ttl_s`), or issued "
+    "before the ledger of spent tokens began (after a restart it cannot be known unspent)",
     LIVENESS_NOT_CONFIRMED)
 LIVENESS_WITHOUT_PASSIVE_PAD = Reason(
     "liveness_without_passive_pad", Outcome.REVIEW,
@@ -146,8 +147,12 @@ MRZ_NOT_FOUND = Reason(
     DOCUMENT_UNREADABLE)
 VISUAL_ZONE_MISMATCH = Reason(
     "visual_zone_mismatch", Outcome.REVIEW,
-    "the visual zone was read but does not show the MRZ's surname or document number "
-    "(`check_visual_zone`)", DOCUMENT_UNREADABLE)
+    "text was read outside the MRZ but it does not show the MRZ's surname and document "
+    "number (`check_visual_zone`)", DOCUMENT_UNREADABLE)
+VISUAL_ZONE_UNREADABLE = Reason(
+    "visual_zone_unreadable", Outcome.REVIEW,
+    "no text was read outside the MRZ, so nothing printed on the page confirms it: a page "
+    "with an MRZ alone is not approved (`check_visual_zone`)", DOCUMENT_UNREADABLE)
 ELEVATED_FRAUD_SCORE = Reason(
     "elevated_fraud_score", Outcome.REVIEW,
     "the `antifraud` score is at least `fraud_review_threshold` (and below "
@@ -158,7 +163,7 @@ DECISION_REASONS: tuple[Reason, ...] = (
     SELFIE_NOT_LIVE_PERSON, MRZ_CHECK_FAILED, DOCUMENT_EXPIRED, UNDERAGE, HIGH_FRAUD_SCORE,
     NO_FACE_IN_DOCUMENT, NO_FACE_IN_SELFIE, MULTIPLE_FACES_IN_SELFIE, LIVENESS_MISSING,
     LIVENESS_TOKEN_EXPIRED, LIVENESS_WITHOUT_PASSIVE_PAD, MRZ_NOT_FOUND, VISUAL_ZONE_MISMATCH,
-    ELEVATED_FRAUD_SCORE,
+    VISUAL_ZONE_UNREADABLE, ELEVATED_FRAUD_SCORE,
 )
 
 

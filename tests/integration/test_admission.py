@@ -210,6 +210,22 @@ def test_sequential_customers_are_all_admitted_and_a_bad_image_holds_no_place(
     assert metric(after, "kyc_admission_in_flight") <= 1
 
 
+@pytest.mark.parametrize("attested", [False, True], ids=["straight-back", "blank-map"])
+def test_tickets_handed_straight_back_teach_the_limit_nothing(server, attested):
+    """The review's attack (document_ocr's limit 4 -> 64 in 2.1 s): callers take tickets
+    from kyc_intake for 64x64 images and hand them straight back through ocr_postprocess
+    under their seals, as the review did, then with the canvas ocr_preprocess attests
+    and a blank map in place of ocr_det's. Their places are freed; the limit does not
+    move (document_ocr has seen no other traffic yet: it is at its initial 4)."""
+    from attacks import give_back_attack
+
+    url = server.options.grpc_url
+    rounds = give_back_attack(url, 3.0, attested)
+    text = scrape(server)
+    assert rounds > 2 * 4, rounds  # more than the limit went round: the places were freed
+    assert metric(text, "kyc_admission_limit", "document_ocr") == 4.0
+
+
 def document_input(image: bytes) -> list:
     return face_input(image)  # document_ocr's IMAGE: one encoded image per row
 

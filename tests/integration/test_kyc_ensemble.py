@@ -58,9 +58,10 @@ def test_the_same_live_person_with_a_valid_document_lacks_only_passive_pad(
 
 
 def test_an_operator_who_accepts_the_active_check_alone_approves_that_customer(
-        server, photos, token_a, tmp_path):
+        server, client, photos, tmp_path):
     """The same request through the same pipeline, run in this process over a copy of
-    the repository whose kyc_decision sets approve_without_passive_pad."""
+    the repository whose kyc_decision sets approve_without_passive_pad; a page that only
+    its MRZ vouches for is not approved there either."""
     from kyc.pipeline.local import LocalRepository
     from kyc.pipeline.step import Request
     from kyc_tools.repo.config_edit import set_string_parameter
@@ -70,12 +71,23 @@ def test_an_operator_who_accepts_the_active_check_alone_approves_that_customer(
     config.write_text(set_string_parameter(config.read_text(), "approve_without_passive_pad",
                                            "true"))
     local = LocalRepository(repo, server.token_key_environment)
-    values = (("DOCUMENT_IMAGE", document(photos, 1)),
-              ("SELFIE_IMAGE", photos["person_a_2"].read_bytes()), ("LIVENESS_TOKEN", token_a))
-    (answer,) = local.run("kyc_ensemble", [Request(
-        {name: np.array([[value]], dtype=np.object_) for name, value in values})])
-    report = json.loads(answer["REPORT"][0, 0])
+    local.step("kyc_decision")  # its ledger begins now: tokens made before are refused
+
+    def verified(page: bytes) -> dict:
+        token = token_of(server, client, photos, "person_a_2")  # one token, one verification
+        values = (("DOCUMENT_IMAGE", page), ("SELFIE_IMAGE", photos["person_a_2"].read_bytes()),
+                  ("LIVENESS_TOKEN", token))
+        (answer,) = local.run("kyc_ensemble", [Request(
+            {name: np.array([[value]], dtype=np.object_) for name, value in values})])
+        return json.loads(answer["REPORT"][0, 0])
+
+    report = verified(document(photos, 1))
     assert report["decision"] == "approve" and report["reasons"] == [], report
+    # the review's forgery: an MRZ made for a made-up person, no printed field to agree
+    forged = verified(document(photos, 7, printed=False))
+    assert forged["document"]["mrz"]["valid"] is True, forged
+    assert forged["decision"] == "review", forged
+    assert forged["reasons"] == ["visual_zone_unreadable"]
 
 
 def test_without_a_liveness_token_the_best_is_review(client, photos):
@@ -204,7 +216,8 @@ def test_internal_steps_called_directly_give_no_verdict(client, photos):
         _call(client, "kyc_decision", forged)
     intake = _call(client, "kyc_intake", {
         "DOCUMENT_IMAGE": np.array([[document(photos, 5)]], dtype=np.object_),
-        "SELFIE_IMAGE": np.array([[selfie]], dtype=np.object_)})
+        "SELFIE_IMAGE": np.array([[selfie]], dtype=np.object_),
+        "LIVENESS_TOKEN": forged["LIVENESS_TOKEN"]})
     with pytest.raises(InferenceServerException, match="not of the images kyc_intake sealed"):
         _call(client, "kyc_decision", {**forged, "ADMISSION": intake["ADMISSION"],
                                        "SEAL": intake["SEAL"]})
@@ -217,7 +230,7 @@ def test_a_token_verifies_once_the_application_its_start_named_and_the_verdict_i
     verification (the same verification retried is answered again: the SDK retries a
     lost reply); the verdict names the application under the server's signature."""
     from kyc.liveness.token import load_key
-    from kyc.verdict import VerdictSigner, public_key_text, verify_verdict
+    from kyc.verdict import VerdictError, VerdictSigner, public_key_text, verify_verdict
 
     token = token_of(server, client, photos, "person_a_2", application="app-1")
     doc, selfie = document(photos, 8), photos["person_a_2"].read_bytes()
@@ -230,6 +243,15 @@ def test_a_token_verifies_once_the_application_its_start_named_and_the_verdict_i
     again = verify(client, document(photos, 9), selfie, token, application="app-1")
     assert again["decision"] == "reject" and "liveness_token_reused" in again["reasons"]
     public = public_key_text(VerdictSigner(load_key(server.token_key_environment)).public_key)
-    claims = verify_verdict({k: v for k, v in first.items() if k != "_scores"}, public)
-    assert claims["application"] == "app-1" and claims["decision"] == first["decision"]
-    assert claims["models"]["kyc_decision"] >= 1 and claims["liveness_token"]
+    signed = {k: v for k, v in first.items() if k != "_scores"}
+    claims = verify_verdict(signed, public, application="app-1", images=(doc, selfie))
+    assert claims["decision"] == first["decision"] and claims["liveness_token"]
+    assert claims["document"]["fields"] == first["document"]["fields"]
+    # the versions that served: every model of the repository, each at its version
+    assert claims["models"]["kyc_decision"] >= 1 and claims["models"]["face_embedding"] >= 1
+    mule = {**signed, "document": {**signed["document"], "fields": {
+        **signed["document"]["fields"], "surname": "MULE"}}}
+    with pytest.raises(VerdictError, match="differs from what was signed"):
+        verify_verdict(mule, public, application="app-1")
+    with pytest.raises(VerdictError, match="another application"):
+        verify_verdict(signed, public, application="app-2")

@@ -173,7 +173,7 @@ def test_the_last_steps_give_each_ticket_back_to_its_own_entry(tmp_path):
         document = states["document_ocr"].admit(0.0).ticket
         assert (customer.entry, document.entry) == ("kyc_ensemble", "document_ocr")
         assert customer.slot == document.slot == 0  # two states, two slot 0s
-        assert returns.give_back([document.as_array()[None]], 0.3) == 1
+        assert returns.give_back([(document.as_array()[None], True)], 0.3) == 1
         assert states["document_ocr"].admit(1.0).out == 1  # given back, then one more
         assert states["kyc_ensemble"].admit(1.0).out == 2  # the customer is still out
     finally:
@@ -235,7 +235,8 @@ def test_intake_sheds_past_the_limit_with_unavailable_and_bad_images_take_no_tic
     decision.clock = time.time
     decision.admission = TicketReturns(
         lambda entry: SharedAdmission(shm_path(7, entry, tmp_path), None, entry))
-    decision.give_back([Request({"ADMISSION": tickets[0]}), Request({})])
+    decision.give_back([Request({"ADMISSION": tickets[0], "TEXT_LINES": np.array(
+        [[b'[{"text": "P<UTO"}]']], dtype=np.object_)}), Request({})])
     again = intake.run([intake_request(jpeg, jpeg)])[0]
     assert isinstance(again, dict) and again["ADMISSION"][0, 1] == tickets[0][0, 1]
 
@@ -272,6 +273,90 @@ def test_documents_alone_are_shed_past_their_own_limit_and_given_back_by_ocr_pos
     assert isinstance(intake.run([intake_request(jpeg, None)])[0], UnavailableError)
     step.run([Request({**page, "ADMISSION": first["ADMISSION"], "SEAL": first["SEAL"]})])
     assert isinstance(intake.run([intake_request(jpeg, None)])[0], dict)  # its place is free
+
+
+def test_tickets_freed_without_proof_of_work_free_their_places_and_teach_nothing():
+    """The review's give-back attack on the state: a full limit of tickets handed back
+    at once, round after round."""
+    fast, unproven = state(), state()
+    for s, teaches in ((fast, True), (unproven, False)):
+        now = 0.0
+        for _ in range(20):
+            tickets = [s.admit(now).ticket for _ in range(int(s.limit))]
+            now += 0.01
+            assert all(s.release(t, now, teaches) for t in tickets)
+        assert s.admit(now).ticket is not None  # every place was freed
+    assert fast.limit == SETTINGS.max_limit  # real fast answers would open the gate
+    assert unproven.limit == SETTINGS.initial_limit  # unproven ones leave it where it was
+
+
+class _Reader:  # reads a line from a page whose map holds text, none from a blank map
+    def read(self, pages):
+        from kyc.document.ocr import TextLine
+
+        return [[TextLine("P<UTOBERG<<ANNA", 0.9, [[0, 0], [8, 0], [8, 1], [0, 1]])]
+                if page[1].any() else [] for page in pages]
+
+
+def _documents(tmp_path, pid: int):
+    """kyc_intake and ocr_postprocess of document_ocr, sharing one admission state."""
+    from kyc.document.step import OcrPostprocessStep
+    from kyc.intake import IntakeSettings
+    from kyc.intake.step import IntakeStep
+    from kyc.pipeline.seal import Sealer
+
+    settings = IntakeSettings(admission_initial_limit=4, admission_min_limit=2)
+    sealer = Sealer(b"k" * 32)
+    gates = admissions(tmp_path, settings, pid=pid)
+    returns = TicketReturns(
+        lambda entry: SharedAdmission(shm_path(pid, entry, tmp_path), None, entry))
+    return (IntakeStep(settings, gates, sealer=sealer), OcrPostprocessStep(_Reader(), returns,
+                                                                           sealer),
+            gates["document_ocr"], sealer)
+
+
+def _page(sealer, image: bytes, text: bool, attested: bool = True) -> dict:
+    from kyc.document.step import CANVAS_ATTESTED, CANVAS_KIND
+    from kyc.pipeline.seal import digest
+
+    page = {"CANVAS": np.zeros((1, 8, 8, 3), np.uint8),
+            "PROB_MAP": np.full((1, 8, 8), 0.9 if text else 0.0, np.float32),
+            "SCALE": np.ones((1, 2), np.float32)}
+    if attested:
+        page["CANVAS_ATTESTATION"] = np.array([[sealer.attest(
+            CANVAS_KIND, digest(image), {n: page[n][0] for n in CANVAS_ATTESTED}).encode()]],
+            dtype=np.object_)
+    return page
+
+
+@pytest.mark.parametrize(("attested", "text", "teaches"), [
+    (False, True, False),  # as the review did it: kyc_intake, then ocr_postprocess at once
+    (True, False, False),  # a canvas attested, a map forged in place of ocr_det's: no text
+    (True, True, True),  # a page read: a real document's work
+], ids=["straight-back", "forged-map", "read"])
+def test_only_a_read_of_the_attested_page_teaches_document_ocrs_limit(tmp_path, jpeg,
+                                                                      attested, text, teaches):
+    from kyc.pipeline.step import Request
+
+    intake, postprocess, gate, sealer = _documents(tmp_path, pid=11)
+    for _ in range(30):
+        taken = intake.run([intake_request(jpeg, None) for _ in range(int(gate.state.limit))])
+        postprocess.run([Request({**_page(sealer, jpeg, text, attested), "ADMISSION":
+                                  t["ADMISSION"], "SEAL": t["SEAL"]}) for t in taken])
+    assert all(isinstance(a, dict) for a in intake.run([intake_request(jpeg, None)]))
+    assert (gate.state.limit > 4) is teaches, gate.state.limit
+
+
+def test_each_row_of_a_batched_document_request_is_given_back(tmp_path, jpeg):
+    from kyc.pipeline.step import Request
+
+    intake, postprocess, gate, sealer = _documents(tmp_path, pid=12)
+    two = Request({"DOCUMENT_IMAGE": np.array([[jpeg], [jpeg]], dtype=np.object_)})
+    (taken,) = intake.run([two])
+    pages = [_page(sealer, jpeg, True) for _ in range(2)]
+    batch = {name: np.concatenate([p[name] for p in pages]) for name in pages[0]}
+    postprocess.run([Request({**batch, "ADMISSION": taken["ADMISSION"], "SEAL": taken["SEAL"]})])
+    assert gate.admit(time.time(), 4).out == 4  # both places came back
 
 
 def test_without_admission_the_intake_passes_no_ticket(jpeg):

@@ -9,7 +9,19 @@ import secrets
 import numpy as np
 import pytest
 
-from decision_cases import CUSTODY, DOCUMENT, IMAGES, NOW, TODAY, embed, request, sealed, text
+from decision_cases import (
+    CUSTODY,
+    DOCUMENT,
+    IMAGES,
+    NOW,
+    TODAY,
+    TicketsBack,
+    decision_step,
+    embed,
+    request,
+    sealed,
+    text,
+)
 from kyc.decision.features import FEATURES
 from kyc.decision.policy import DecisionSettings
 from kyc.decision.step import DecisionStep
@@ -97,17 +109,10 @@ def test_an_edited_document_or_a_face_of_another_image_breaks_the_chain():
 
 
 def test_a_stale_seal_is_refused_and_a_refused_request_gives_back_no_ticket():
-    given_back = []
-
-    class Returns:
-        def give_back_requests(self, requests, now):
-            given_back.extend(requests)
-
-    late = DecisionStep(DecisionSettings(), 0.363, TokenSealer(secrets.token_bytes(KEY_BYTES)),
-                        lambda f: np.zeros((len(f), 1), np.float32), embed, CUSTODY,
-                        today=lambda: TODAY, admission=Returns(),
-                        clock=lambda: NOW + DecisionSettings().seal_max_age_s + 1)
-    assert _refused(late.run([request()])[0]) and given_back == []
+    back = TicketsBack()
+    late = decision_step(secrets.token_bytes(KEY_BYTES), admission=back,
+                         clock=NOW + DecisionSettings().seal_max_age_s + 1)
+    assert _refused(late.run([request()])[0]) and back.rows == []
 
 
 def test_ocr_fields_reads_only_a_canvas_ocr_preprocess_attested_and_attests_what_it_read():
@@ -151,3 +156,61 @@ def test_a_bad_tensor_from_an_earlier_step_is_an_internal_error_and_a_bad_parame
     assert isinstance(internal, Exception) and not isinstance(internal, RequestError)
     assert isinstance(client, RequestError) and "kyc_application" in str(client)
     assert fine["DECISION"][0, 0] == b"review"
+
+
+def _no_score(features):
+    return np.zeros((len(features), 1), np.float32)
+
+
+def test_a_seal_replayed_with_another_token_or_for_another_application_is_refused():
+    """A seal and its attestations replayed straight to kyc_decision within its 60 s,
+    with another token or for another application, are worth nothing."""
+    token = np.array([[b"kyc2.token-one"]], dtype=np.object_)
+    sealed_for = request(application="app-1", LIVENESS_TOKEN=token)
+    assert not isinstance(step(_no_score).run([sealed_for])[0], Exception)
+    other_token = {**sealed_for.inputs,
+                   "LIVENESS_TOKEN": np.array([[b"kyc2.token-two"]], dtype=np.object_)}
+    answer, = step(_no_score).run([Request(other_token, parameters=sealed_for.parameters)])
+    assert _refused(answer) and "another liveness token" in str(answer)
+    no_token = {**sealed_for.inputs, "LIVENESS_TOKEN": np.array([[b""]], dtype=np.object_)}
+    assert _refused(step(_no_score).run([Request(no_token,
+                                                 parameters=sealed_for.parameters)])[0])
+    for parameters in ({"kyc_application": "app-2"}, {}):
+        answer, = step(_no_score).run([Request(sealed_for.inputs, parameters=parameters)])
+        assert _refused(answer) and "another kyc_application" in str(answer)
+
+
+def test_the_seals_ticket_must_be_the_requests_and_a_mismatch_gives_back_nothing():
+    back = TicketsBack()
+    checked = decision_step(secrets.token_bytes(KEY_BYTES), admission=back)
+    honest = dict(request().inputs)
+    for ticket in ((0, 5, 1), (1, -1, -1), (0, -1, 0)):
+        answer, = checked.run([Request({**honest, "ADMISSION": np.array([ticket], np.int64)})])
+        assert _refused(answer) and "another admission ticket" in str(answer), ticket
+    assert back.rows == []
+    checked.run([Request(honest)])
+    assert [(row.tolist(), teaches) for row, teaches in back.rows] == [([[0, -1, -1]], True)]
+    blank = request(TEXT_LINES=text([]))  # its reading found nothing: freed, not taught
+    checked.run([blank])
+    assert back.rows[-1][1] is False
+
+
+def test_a_reading_or_a_face_attested_for_another_image_than_the_sealed_one_is_refused():
+    """Genuine attestations of the steps, each for an image the seal does not name."""
+    from kyc.document.step import DOCUMENT_ATTESTED, DOCUMENT_KIND
+    from kyc.face.step import ATTESTATION_KIND, ATTESTED
+    from kyc.pipeline.seal import digest
+
+    honest = dict(request().inputs)
+    elsewhere = digest(b"a page of someone else")
+    reading = CUSTODY.attest(DOCUMENT_KIND, elsewhere,
+                             {n: honest[n][0] for n in DOCUMENT_ATTESTED}).encode()
+    answer, = step(_no_score).run([Request({**honest, "DOCUMENT_ATTESTATION":
+                                            np.array([[reading]], dtype=np.object_)})])
+    assert _refused(answer) and "document's reading" in str(answer)
+    for prefix, what in (("DOC_", "document face"), ("SELFIE_", "selfie face")):
+        face = CUSTODY.attest(ATTESTATION_KIND, elsewhere,
+                              {n: honest[prefix + n][0] for n in ATTESTED}).encode()
+        answer, = step(_no_score).run([Request({**honest, prefix + "ATTESTATION":
+                                                np.array([[face]], dtype=np.object_)})])
+        assert _refused(answer) and what in str(answer), prefix

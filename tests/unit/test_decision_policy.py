@@ -94,10 +94,76 @@ def test_a_reject_reason_wins_over_review_reasons_and_the_lists_are_disjoint():
     assert not set(REJECT) & set(REVIEW)
 
 
-def test_the_visual_zone_check_reads_through_ocr_confusions_and_skips_without_text():
+def test_the_visual_zone_check_reads_through_ocr_confusions_and_says_nothing_without_text():
     assert visual_zone_consistent(DOCUMENT, ["VANDERBERG X1 2045"]) is True
     assert visual_zone_consistent(DOCUMENT, []) is None
-    assert visual_zone_consistent({"fields": {}}, ["anything"]) is None
+    assert visual_zone_consistent({"mrz": None, "fields": {}}, ["anything"]) is None
+
+
+SURNAME_ONLY = ["PASSPORT", "Van der Berg"]
+NUMBER_ONLY = ["PASSPORT", "No. X12045"]
+
+
+@pytest.mark.parametrize(("lines", "fields", "zone", "reasons"), [
+    (["VAN DER BERG", "X12O45"], {}, "agrees", []),
+    (["vanderberg x1-2045 anna"], {}, "agrees", []),  # case, spaces, O/0 and I/1 aside
+    ([], {}, "unread", ["visual_zone_unreadable"]),  # an MRZ alone on the page
+    (["  ", "<<<", "."], {}, "unread", ["visual_zone_unreadable"]),
+    (SURNAME_ONLY, {}, "differs", ["visual_zone_mismatch"]),
+    (NUMBER_ONLY, {}, "differs", ["visual_zone_mismatch"]),
+    (["PASSPORT", "SMITH", "No. X12045"], {}, "differs", ["visual_zone_mismatch"]),
+    (["VAN DER BERG", "X12046"], {}, "differs", ["visual_zone_mismatch"]),
+    (NUMBER_ONLY, {"surname": ""}, "differs", ["visual_zone_mismatch"]),  # an MRZ without
+    (SURNAME_ONLY, {"document_number": None}, "differs", ["visual_zone_mismatch"]),  # them
+], ids=["agrees", "confusions", "no-text", "no-letters", "no-number", "no-surname", "other",
+        "other-number", "mrz-no-surname", "mrz-no-number"])
+def test_the_visual_zone_must_show_the_mrzs_surname_and_number_to_approve(lines, fields,
+                                                                            zone, reasons):
+    document = {**DOCUMENT, "fields": {**DOCUMENT["fields"], **fields}}
+    decision, got, figures = run(visual_lines=lines, document=document)
+    assert (got, figures["visual_zone"]) == (reasons, zone)
+    assert decision == ("approve" if not reasons else "review")
+    assert figures["visual_zone_consistent"] is {"agrees": True, "differs": False}.get(zone)
+
+
+def test_without_an_mrz_or_with_the_check_off_the_visual_zone_gives_no_reason():
+    decision, reasons, figures = run(document={**DOCUMENT, "mrz": None}, visual_lines=[])
+    assert reasons == ["mrz_not_found"] and figures["visual_zone"] == "no_mrz"
+    off = dataclasses.replace(GOOD, visual_lines=[])
+    decision, reasons, figures = decide(off, DecisionSettings(check_visual_zone=False),
+                                        THRESHOLD, TODAY)
+    assert (decision, reasons, figures["visual_zone"]) == ("approve", [], "not_checked")
+
+
+# -- every threshold at its boundary: the value itself and the nearest one either side --
+def _birthday(years_ago: int, days: int = 0) -> dict:
+    born = TODAY.replace(year=TODAY.year - years_ago).toordinal() + days
+    fields = {**DOCUMENT["fields"], "birth_date": date.fromordinal(born).isoformat()}
+    return {**DOCUMENT, "fields": fields}
+
+
+@pytest.mark.parametrize(("changes", "reasons"), [
+    ({"document": _birthday(18)}, []),  # 18 today
+    ({"document": _birthday(18, days=1)}, ["underage"]),  # 18 tomorrow
+    ({"document": _birthday(18, days=-1)}, []),
+    ({"fraud_score": 0.95}, ["high_fraud_score"]),
+    ({"fraud_score": float(np.nextafter(0.95, 0))}, ["elevated_fraud_score"]),
+    ({"fraud_score": 0.7}, ["elevated_fraud_score"]),
+    ({"fraud_score": float(np.nextafter(0.7, 0))}, []),
+    ({"face_match_score": THRESHOLD}, []),
+    ({"face_match_score": float(np.nextafter(THRESHOLD, 0))}, ["face_mismatch"]),
+    ({"liveness": dataclasses.replace(LIVE, selfie_similarity=THRESHOLD)}, []),
+    ({"liveness": dataclasses.replace(LIVE, selfie_similarity=float(
+        np.nextafter(THRESHOLD, 0)))}, ["selfie_not_live_person"]),
+    ({"liveness": dataclasses.replace(LIVE, selfie_similarity=None)},
+     ["selfie_not_live_person"]),  # a token without a face
+    ({"selfie_faces": 1}, []),
+    ({"selfie_faces": 2}, ["multiple_faces_in_selfie"]),
+], ids=["age-18", "age-17", "age-18-and-a-day", "fraud-reject", "fraud-below-reject",
+        "fraud-review", "fraud-below-review", "match-at", "match-below", "live-match-at",
+        "live-match-below", "live-no-face", "one-face", "two-faces"])
+def test_each_threshold_holds_at_its_boundary(changes, reasons):
+    assert run(**changes)[1] == reasons
 
 
 def test_ages_count_whole_years_up_to_the_birthday():

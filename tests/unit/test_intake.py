@@ -142,3 +142,54 @@ def test_in_kyc_ensemble_only_the_intake_reads_the_client_images():
     readers = {s.model_name for s in steps[1:]
                if {"checked_document_image", "checked_selfie_image"} & set(s.input_map.values())}
     assert readers == {"face_preprocess", "ocr_preprocess"}
+
+
+def test_the_seal_binds_each_rows_token_and_the_requests_application(photos):
+    """What kyc_decision checks against the token and application it receives."""
+    import secrets
+
+    from kyc.intake.step import IntakeStep
+    from kyc.pipeline.seal import Sealer, application_digest, digest
+    from kyc.pipeline.step import Request
+
+    sealer = Sealer(secrets.token_bytes(32))
+    step = IntakeStep(IntakeSettings(admission=False), sealer=sealer, clock=lambda: 1000.0)
+    doc, selfie = photos["person_a_1"], photos["person_a_2"]
+    images = {"DOCUMENT_IMAGE": np.array([[doc], [doc]], dtype=np.object_),
+              "SELFIE_IMAGE": np.array([[selfie], [selfie]], dtype=np.object_)}
+    tokens = np.array([[b"token-a"], [b""]], dtype=np.object_)
+    answer, alone = step.run([Request({**images, "LIVENESS_TOKEN": tokens},
+                                      parameters={"kyc_application": "app-1"}),
+                              Request({"DOCUMENT_IMAGE": images["DOCUMENT_IMAGE"][:1]})])
+    for row, token in enumerate((b"token-a", b"")):
+        claims = sealer.open_seal(answer["SEAL"][row, 0].decode(), tuple(answer["ADMISSION"][row]),
+                                  1000.0, 60.0)
+        assert claims.token == digest(token) and claims.application == application_digest("app-1")
+        assert (claims.document, claims.selfie) == (digest(doc), digest(selfie))
+    claims = sealer.open_seal(alone["SEAL"][0, 0].decode(), tuple(alone["ADMISSION"][0]),
+                              1000.0, 60.0)
+    assert claims.token == claims.selfie == "-" and claims.application == application_digest(None)
+
+
+def test_a_bad_application_or_token_tensor_is_refused_before_admission(photos):
+    from kyc.intake.step import IntakeStep
+    from kyc.pipeline.step import Request, RequestError
+
+    admitted = []
+
+    class Gate:
+        def admit(self, now, rows):
+            admitted.append(rows)
+            raise AssertionError("no ticket may be taken")
+
+    step = IntakeStep(IntakeSettings(), admission={"kyc_ensemble": Gate()})
+    doc, selfie = photos["person_a_1"], photos["person_a_2"]
+    images = {"DOCUMENT_IMAGE": np.array([[doc]], dtype=np.object_),
+              "SELFIE_IMAGE": np.array([[selfie]], dtype=np.object_)}
+    bad_application, two_tokens = step.run([
+        Request({**images, "LIVENESS_TOKEN": np.array([[b""]], dtype=np.object_)},
+                parameters={"kyc_application": "a\nb"}),
+        Request({**images, "LIVENESS_TOKEN": np.array([[b""], [b""]], dtype=np.object_)})])
+    assert isinstance(bad_application, RequestError) and "kyc_application" in str(bad_application)
+    assert isinstance(two_tokens, RequestError) and "LIVENESS_TOKEN" in str(two_tokens)
+    assert admitted == []

@@ -318,7 +318,8 @@ def test_the_store_evicts_idle_sessions_caps_them_and_a_start_resets():
 
 # -- token ---------------------------------------------------------------------------------
 def claims(expires: float = 2e9) -> LivenessClaims:
-    return LivenessClaims("s1", True, 0.97, 1e9, expires, ("left", "right"), unit(3))
+    return LivenessClaims("s1", True, 0.97, 1e9, expires, ("left", "right"), unit(3),
+                          {"challenge": True}, None, "0123abcd")
 
 
 def test_a_token_round_trips_and_hides_its_content():
@@ -334,7 +335,8 @@ def test_a_token_round_trips_and_hides_its_content():
     opened = sealer.open(token, now=1.5e9)
     assert opened.session == "s1" and opened.is_live and opened.challenge == ("left", "right")
     np.testing.assert_array_equal(opened.embedding, unit(3))
-    assert opened.checks is None and not opened.passive_pad  # sealed without its checks
+    assert opened.checks == {"challenge": True} and not opened.passive_pad
+    assert opened.token_id == "0123abcd" and opened.application is None
     assert sealer.seal(claims()) != token  # a fresh nonce each time
 
 
@@ -390,15 +392,21 @@ def test_a_token_whose_key_id_was_swapped_fails_its_tag():
         ours.open(swapped, now=1.5e9)
 
 
-def test_a_token_of_the_earlier_format_without_key_id_is_still_read():
+def test_tokens_of_the_retired_formats_are_refused_even_with_the_right_key():
+    from dataclasses import replace
+
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
     nonce = b"n" * 12
     sealed = AESGCM(b"k" * 32).encrypt(nonce, claims().to_json(), b"kyc-liveness-token-v1")
     legacy = b"kyc1." + base64.urlsafe_b64encode(nonce + sealed).rstrip(b"=")
-    assert TokenSealer(b"k" * 32).open(legacy, now=1.5e9).session == "s1"
-    with pytest.raises(TokenError, match="altered or made with another key"):
-        TokenSealer(b"j" * 32).open(legacy, now=1.5e9)
+    sealer = TokenSealer(b"k" * 32)
+    with pytest.raises(TokenError, match="retired format"):
+        sealer.open(legacy, now=1.5e9)
+    # the current envelope around claims of before token ids, or before the checks
+    for old in (replace(claims(), token_id=""), replace(claims(), checks=None)):
+        with pytest.raises(TokenError, match="retired format"):
+            sealer.open(sealer.seal(old), now=1.5e9)
 
 
 def test_a_key_id_tells_nothing_of_the_key():
@@ -409,7 +417,8 @@ def test_a_key_id_tells_nothing_of_the_key():
 
 def test_a_token_longer_than_the_cap_is_refused_before_it_is_decoded():
     sealer = TokenSealer(b"k" * 32)
-    big = LivenessClaims("s" * 64, True, 0.97, 1e9, 2e9, ("left",) * 6, unit(512))
+    big = LivenessClaims("s" * 64, True, 0.97, 1e9, 2e9, ("left",) * 6, unit(512),
+                         {"challenge": True, "relief": True}, "a" * 128, "f" * 32)
     assert len(sealer.seal(big)) < MAX_TOKEN_BYTES / 4  # a 512-d token fits with room
     with pytest.raises(TokenError, match=f"longer than {MAX_TOKEN_BYTES}"):
         sealer.open(b"kyc1." + b"A" * MAX_TOKEN_BYTES)

@@ -1,11 +1,14 @@
 """``kyc_decision``'s chain of custody: its inputs came through ``kyc_ensemble``.
 
 Every request is checked before anything of it is read (:mod:`kyc.pipeline.seal`):
-``kyc_intake``'s seal holds for the row's admission ticket and is fresh; the document
-face, the selfie face and the document's reading each carry an attestation that holds
-for what arrived and names the image the seal names for it. A request that fails any
-of it is answered INVALID_ARG "did not come through kyc_ensemble" and gives back no
-ticket, so neither a verdict nor another customer's place can be forged.
+``kyc_intake``'s seal holds for the row's admission ticket and is fresh; it names the
+liveness token that arrived and the request's ``kyc_application`` (a seal and its
+attestations replayed with another token or for another application are worth
+nothing); the document face, the selfie face and the document's reading each carry
+an attestation that holds for what arrived and names the image the seal names for
+it. A request that fails any of it is answered INVALID_ARG "did not come through
+kyc_ensemble" and gives back no ticket, so neither a verdict nor another customer's
+place can be forged.
 """
 
 from __future__ import annotations
@@ -17,7 +20,16 @@ import numpy as np
 from kyc.document.step import DOCUMENT_ATTESTED, DOCUMENT_KIND
 from kyc.face.step import ATTESTATION_KIND as FACE_KIND
 from kyc.face.step import ATTESTED as FACE_ATTESTED
-from kyc.pipeline.seal import NO_IMAGE, SealClaims, Sealer, SealError, text_of
+from kyc.intake import TOKEN_INPUT
+from kyc.pipeline.seal import (
+    NO_IMAGE,
+    SealClaims,
+    Sealer,
+    SealError,
+    application_digest,
+    digest,
+    text_of,
+)
 from kyc.pipeline.step import RequestError
 
 # decision input prefix (before face_preprocess's output names) -> the image the seal
@@ -36,15 +48,19 @@ def _row(arrays: Mapping[str, np.ndarray], name: str) -> np.ndarray:
 
 
 def check_custody(sealer: Sealer, arrays: Mapping[str, np.ndarray], now: float,
-                  max_age_s: float) -> SealClaims:
-    """The seal's claims when every input of this request is the pipeline's;
-    RequestError saying it is not, else."""
+                  max_age_s: float, application: str | None) -> SealClaims:
+    """The seal's claims when every input of this request is the pipeline's, for its
+    token and ``application``; RequestError saying it is not, else."""
     try:
-        missing = [name for name in CUSTODY_INPUTS if name not in arrays]
+        missing = [name for name in (*CUSTODY_INPUTS, TOKEN_INPUT) if name not in arrays]
         if missing:
             raise SealError(f"missing {', '.join(missing)}")
         claims = sealer.open_seal(text_of(arrays["SEAL"]), tuple(_row(arrays, "ADMISSION")),
                                   now, max_age_s)
+        if claims.token != digest(token_bytes(arrays)):
+            raise SealError("the seal names another liveness token")
+        if claims.application != application_digest(application):
+            raise SealError("the seal names another kyc_application")
         for prefix, image in FACES.items():
             outputs = {name: _row(arrays, prefix + name) for name in FACE_ATTESTED}
             attested = sealer.attested_image(FACE_KIND, text_of(arrays[prefix + "ATTESTATION"]),
@@ -57,6 +73,12 @@ def check_custody(sealer: Sealer, arrays: Mapping[str, np.ndarray], now: float,
     except (SealError, KeyError, ValueError) as exc:
         raise RequestError(f"{NOT_THROUGH} ({exc})") from None
     return claims
+
+
+def token_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
+    """The request's liveness token (b"": none), as kyc_intake sealed it."""
+    value = _row(arrays, TOKEN_INPUT).reshape(-1)[0]
+    return value if isinstance(value, bytes) else str(value).encode()
 
 
 def _same(attested: str, sealed: str, what: str) -> None:

@@ -9,78 +9,248 @@ by the SDK) is answered again rather than refused; nothing of the customer is ke
 An entry lives until the token's own expiry, so the ledger holds at most the tokens
 of one token lifetime.
 
+A ledger knows when it *began*: a token issued before that may have been spent in a
+ledger now forgotten (a server restarted, Redis restarted without persistence), so it
+is not taken (:attr:`Spend.UNKNOWN`; ``kyc_decision`` answers it as an expired token:
+the customer makes a new liveness session). So a spent token is never accepted twice.
+
 Where the ledger is: ``KYC_TOKEN_LEDGER``.
 - ``redis://[:PASSWORD@]HOST:PORT/DB``: a Redis server every replica reaches;
   one ``SET key holder NX EXAT expiry`` per token, atomic on the server, so two replicas
-  spending the same token at once cannot both win. deploy/ runs one; ``make test``
-  starts a real one for the replica test. A ledger that cannot be reached refuses
-  the verification (``kyc_decision`` answers UNAVAILABLE): a token is never accepted
-  unchecked.
-- unset: this process's memory. ``kyc_decision`` has one instance per server, so a
-  token is single-use per server; replicas without a shared ledger each accept it
-  once (SECURITY.md).
+  spending the same token at once cannot both win; the ledger's start is a key of its
+  own (``SET NX``), read with it. deploy/ runs one; ``make test`` starts a real one for
+  the replica test. A ledger that cannot be reached refuses the verification
+  (``kyc_decision`` answers UNAVAILABLE): a token is never accepted unchecked.
+- unset, in a server: a folder in /dev/shm named after the server's pid, one file per
+  spent token, created atomically (:class:`FolderLedger`): it outlives a reload of
+  ``kyc_decision`` (a new model version, a config change), and goes with the server.
+- unset, outside a server (unit tests, the in-process runtime): this process's memory.
 """
 
 from __future__ import annotations
 
+import contextlib
+import enum
+import hashlib
+import math
+import os
+import secrets
 import socket
+import stat
 import threading
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Protocol
 
 ENV_LEDGER = "KYC_TOKEN_LEDGER"
 KEY_PREFIX = "kyc:token:"
+BEGAN_KEY = "kyc:ledger:began"  # when this Redis began holding spent tokens
+SHM_DIR = Path("/dev/shm")
+BEGAN_FILE = "began"
+
+
+class Spend(enum.Enum):
+    """What spending a token found."""
+
+    FIRST = "first"  # not spent before: spent now
+    AGAIN = "again"  # spent before by this same verification (a retry)
+    TAKEN = "taken"  # spent before by another verification
+    UNKNOWN = "unknown"  # issued before this ledger began: it may have been spent
+
+    @property
+    def accepted(self) -> bool:
+        return self in (Spend.FIRST, Spend.AGAIN)
 
 
 class LedgerUnavailableError(RuntimeError):
     """The shared ledger did not answer: the token cannot be checked now."""
 
 
+class LedgerError(RuntimeError):
+    """The ledger's folder holds something this server did not create."""
+
+
 class Ledger(Protocol):
-    def spend(self, token_id: str, expires_at: float, holder: str = "") -> bool:
-        """True the first time ``token_id`` is spent, and again for the same ``holder``
-        (a retry of that verification: kyc.decision.step's digest of its application
-        and images); False for any other."""
+    def spend(self, token_id: str, issued_at: float, expires_at: float,
+              holder: str) -> Spend:
+        """Spend ``token_id`` for ``holder`` (kyc.decision.step's digest of the
+        verification's application and images): FIRST the first time, AGAIN for the
+        same holder, TAKEN for another, UNKNOWN for a token issued before the ledger
+        began."""
+
+
+def _settled(began: float, issued_at: float, previous: str | None, holder: str) -> Spend:
+    """The outcome once the store said who held the token before (None: nobody)."""
+    if issued_at < began:
+        return Spend.UNKNOWN
+    if previous is None:
+        return Spend.FIRST
+    return Spend.AGAIN if holder and previous == holder else Spend.TAKEN
 
 
 class MemoryLedger:
-    """Spent tokens in this process, forgotten at their expiry."""
+    """Spent tokens in this process, forgotten at their expiry; it began when made."""
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._spent: dict[str, tuple[float, str]] = {}  # token id -> (expiry, holder)
         self._lock = threading.Lock()
         self._clock = clock
+        self.began = clock()
         self._next_prune = 0.0
 
-    def spend(self, token_id: str, expires_at: float, holder: str = "") -> bool:
+    def spend(self, token_id: str, issued_at: float, expires_at: float,
+              holder: str) -> Spend:
         now = self._clock()
         with self._lock:
             if now >= self._next_prune:  # at most one sweep a second
                 self._spent = {k: v for k, v in self._spent.items() if v[0] > now}
                 self._next_prune = now + 1.0
-            if token_id in self._spent:
-                return bool(holder) and self._spent[token_id][1] == holder
-            self._spent[token_id] = (expires_at, holder)
+            previous = self._spent.get(token_id)
+            if previous is None:
+                self._spent[token_id] = (expires_at, holder)
+            return _settled(self.began, issued_at, previous and previous[1], holder)
+
+
+def shm_folder(server_pid: int, shm_dir: Path = SHM_DIR) -> Path:
+    """The folder ledger of the tritonserver ``server_pid`` (removed when it stops)."""
+    return shm_dir / f"kyc_{server_pid}_ledger"
+
+
+class FolderLedger:
+    """Spent tokens as files of one folder, shared by every process of one server and
+    kept across reloads of ``kyc_decision``: one file a token, named by a digest of its
+    id, holding its expiry and holder, put in place with ``link`` (atomic: of two
+    processes spending one token at once, one finds the other's file).
+
+    Why files, not SQLite or a mapped table: the stubs' Python may lack ``_sqlite3`` (as
+    it lacks ``_ssl``: RespConnection), and a token lifetime holds few tokens. The
+    folder is made 0700 by the first process; the others refuse one that is a link, is
+    another user's or that others may enter (/dev/shm is every local user's)."""
+
+    PRUNE_EVERY_S = 10.0
+
+    def __init__(self, folder: Path, clock: Callable[[], float] = time.time) -> None:
+        self.folder = folder
+        self._clock = clock
+        self._next_prune = 0.0
+        self._lock = threading.Lock()
+        _own_folder(folder)
+        self._put(BEGAN_FILE, _stamp(clock()))  # the first process to get here wins
+        self.began = float(self._read(BEGAN_FILE) or clock())
+
+    @classmethod
+    def for_server(cls) -> FolderLedger:
+        """The ledger of the server this stub belongs to (its parent process)."""
+        return cls(shm_folder(os.getppid()))
+
+    def spend(self, token_id: str, issued_at: float, expires_at: float,
+              holder: str) -> Spend:
+        self._prune()
+        name = hashlib.sha256(token_id.encode()).hexdigest()[:32]
+        previous = None if self._put(name, f"{expires_at:.0f} {holder}") else (
+            self._read(name) or " ").split(" ", 1)[1]
+        return _settled(self.began, issued_at, previous, holder)
+
+    def _put(self, name: str, text: str) -> bool:
+        """Write ``name`` unless it exists: True when this call wrote it."""
+        temporary = self.folder / f".{name}.{secrets.token_hex(6)}"
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+        try:
+            os.link(temporary, self.folder / name)
             return True
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(temporary)
+
+    def _read(self, name: str) -> str | None:
+        try:
+            fd = os.open(self.folder / name, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return None
+        try:
+            return os.read(fd, 4096).decode("ascii", "replace")
+        finally:
+            os.close(fd)
+
+    def _prune(self) -> None:
+        """Remove the files of expired tokens, at most once every PRUNE_EVERY_S."""
+        now = self._clock()
+        with self._lock:
+            if now < self._next_prune:
+                return
+            self._next_prune = now + self.PRUNE_EVERY_S
+        for entry in os.scandir(self.folder):
+            if entry.name == BEGAN_FILE or entry.name.startswith("."):
+                continue
+            expiry = (self._read(entry.name) or "0").split(" ", 1)[0]
+            if _number(expiry) < now:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+
+
+def _own_folder(folder: Path) -> None:
+    """``folder`` made 0700, or found as a folder of this user that only it enters."""
+    try:
+        os.mkdir(folder, 0o700)
+        os.chmod(folder, 0o700)  # whatever the umask took away
+        return
+    except FileExistsError:
+        pass
+    info = os.lstat(folder)
+    if (not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid()
+            or stat.S_IMODE(info.st_mode) != 0o700):
+        raise LedgerError(f"token ledger {folder}: refused, not a folder of this user with "
+                          f"mode 0700 (uid {info.st_uid}, mode {info.st_mode:o})")
+
+
+def _stamp(t: float) -> str:
+    """A time to the millisecond, rounded down (a ledger never begins after it began)."""
+    return f"{math.floor(t * 1000) / 1000:.3f}"
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:  # not ours: swept as expired
+        return 0.0
 
 
 class RedisLedger:
-    """Spent tokens in a Redis server shared by every replica: one ``SET key 1 NX EXAT
-    expiry`` a token, over :class:`RespConnection`."""
+    """Spent tokens in a Redis server shared by every replica, over
+    :class:`RespConnection`: per token, in one round trip, the ledger's start kept
+    (``SET began now NX``) and read, and ``SET key holder NX EXAT expiry``; a second
+    round trip reads who spent a token only when it was spent before."""
 
-    def __init__(self, url: str, timeout_s: float = 1.0) -> None:
+    def __init__(self, url: str, timeout_s: float = 1.0,
+                 clock: Callable[[], float] = time.time) -> None:
         self.connection = RespConnection(url, timeout_s)
+        self._clock = clock
+        # a fresh Redis begins before the first token is issued (kyc_decision loads
+        # before the server is ready); one that cannot be reached yet begins at the
+        # first spend
+        with contextlib.suppress(LedgerUnavailableError):
+            self.connection.command(*self._begin())
 
-    def spend(self, token_id: str, expires_at: float, holder: str = "") -> bool:
+    def _begin(self) -> tuple[str, ...]:
+        return ("SET", BEGAN_KEY, _stamp(self._clock()), "NX")
+
+    def spend(self, token_id: str, issued_at: float, expires_at: float,
+              holder: str) -> Spend:
         key = KEY_PREFIX + token_id
-        reply = self.connection.command("SET", key, holder or "1", "NX", "EXAT",
-                                        str(max(int(expires_at) + 1, 1)))
-        if reply == "OK":
-            return True
+        _, began, stored = self.connection.pipeline(
+            self._begin(), ("GET", BEGAN_KEY),
+            ("SET", key, holder or "1", "NX", "EXAT", str(max(int(expires_at) + 1, 1))))
+        previous = None if stored == "OK" else self.connection.command("GET", key)
         # spent before: by this very verification when its reply was lost (the SDK
         # retries UNAVAILABLE), else by another
-        return bool(holder) and self.connection.command("GET", key) == holder
+        return _settled(_number(str(began)), issued_at,
+                        None if stored == "OK" else str(previous), holder)
 
 
 class RespConnection:
@@ -109,11 +279,16 @@ class RespConnection:
         self._lock = threading.Lock()
 
     def command(self, *args: str) -> str | int | None:
+        return self.pipeline(args)[0]
+
+    def pipeline(self, *commands: tuple[str, ...]) -> list[str | int | None]:
+        """The replies of ``commands``, sent together (one round trip)."""
         with self._lock:
             try:
                 if self._sock is None:
                     self._connect()
-                return self._roundtrip(args)
+                self._sock.sendall(b"".join(map(_encoded, commands)))  # type: ignore[union-attr]
+                return [self._reply() for _ in commands]
             except (OSError, ValueError) as exc:
                 self.close()
                 raise LedgerUnavailableError(
@@ -128,9 +303,7 @@ class RespConnection:
             self._roundtrip(("SELECT", str(self.db)))
 
     def _roundtrip(self, args: tuple[str, ...]) -> str | int | None:
-        encoded = [a.encode() for a in args]
-        self._sock.sendall(b"*%d\r\n" % len(encoded) + b"".join(  # type: ignore[union-attr]
-            b"$%d\r\n%s\r\n" % (len(a), a) for a in encoded))
+        self._sock.sendall(_encoded(args))  # type: ignore[union-attr]
         return self._reply()
 
     def _reply(self) -> str | int | None:
@@ -155,11 +328,16 @@ class RespConnection:
         self._sock = self._file = None
 
 
-def ledger_from_environ(environ: Mapping[str, str] | None) -> Ledger:
-    """The ledger ``KYC_TOKEN_LEDGER`` names, else this process's memory."""
-    import os
+def _encoded(args: tuple[str, ...]) -> bytes:
+    """One command in RESP2: an array of bulk strings."""
+    parts = [a.encode() for a in args]
+    return b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in parts)
 
+
+def ledger_from_environ(environ: Mapping[str, str] | None, in_server: bool = False) -> Ledger:
+    """The ledger ``KYC_TOKEN_LEDGER`` names; else, in a server, its folder ledger, and
+    outside one this process's memory."""
     url = (os.environ if environ is None else environ).get(ENV_LEDGER, "")
-    if not url:
-        return MemoryLedger()
-    return RedisLedger(url)
+    if url:
+        return RedisLedger(url)
+    return FolderLedger.for_server() if in_server else MemoryLedger()

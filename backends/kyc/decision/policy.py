@@ -27,7 +27,7 @@ from datetime import date
 from typing import Any
 
 from kyc.decision.features import age_years
-from kyc.document.visual import shows_mrz_fields
+from kyc.document.visual import VisualZone, compare
 from kyc.pipeline.seal import SEAL_MAX_AGE_S
 from kyc.reasons import (
     DECISION_REASONS,
@@ -49,6 +49,7 @@ from kyc.reasons import (
     SELFIE_NOT_LIVE_PERSON,
     UNDERAGE,
     VISUAL_ZONE_MISMATCH,
+    VISUAL_ZONE_UNREADABLE,
     Outcome,
     Reason,
 )
@@ -108,9 +109,15 @@ class Findings:
 
 def visual_zone_consistent(document: Mapping[str, Any], visual_lines: Sequence[str]
                            ) -> bool | None:
-    """Whether the visual zone shows the MRZ's surname and document number; None when
-    there is nothing to compare (no MRZ fields, or no visual text)."""
-    return shows_mrz_fields(document, visual_lines)
+    """Whether the visual zone shows the MRZ's surname and document number
+    (kyc.document.visual); None when it cannot say: no MRZ, or no text outside it."""
+    return CONSISTENT[compare(document, visual_lines)]
+
+
+CONSISTENT = {VisualZone.AGREES: True, VisualZone.DIFFERS: False, VisualZone.UNREAD: None,
+              VisualZone.NO_MRZ: None}
+VISUAL_REASON = {VisualZone.DIFFERS: VISUAL_ZONE_MISMATCH,
+                 VisualZone.UNREAD: VISUAL_ZONE_UNREADABLE}
 
 
 def decide(findings: Findings, settings: DecisionSettings, match_threshold: float,
@@ -154,10 +161,9 @@ def decide(findings: Findings, settings: DecisionSettings, match_threshold: floa
     age = age_years(fields.get("birth_date"), today) if fields.get("birth_date") else None
     if age is not None and age < settings.min_age:
         held.add(UNDERAGE)
-    consistent = (visual_zone_consistent(f.document, f.visual_lines)
-                  if settings.check_visual_zone else None)
-    if consistent is False:
-        held.add(VISUAL_ZONE_MISMATCH)
+    zone = compare(f.document, f.visual_lines) if settings.check_visual_zone else None
+    if zone in VISUAL_REASON:
+        held.add(VISUAL_REASON[zone])
     if f.fraud_score >= settings.fraud_reject_threshold:
         held.add(HIGH_FRAUD_SCORE)
     elif f.fraud_score >= settings.fraud_review_threshold:
@@ -169,7 +175,8 @@ def decide(findings: Findings, settings: DecisionSettings, match_threshold: floa
         decision = Outcome.REVIEW
     else:
         decision = Outcome.APPROVE
-    figures = {"age": age, "visual_zone_consistent": consistent,
+    figures = {"age": age, "visual_zone": zone.value if zone else "not_checked",
+               "visual_zone_consistent": CONSISTENT[zone] if zone else None,
                "match_threshold": match_threshold, "min_age": settings.min_age,
                "fraud_review_threshold": settings.fraud_review_threshold,
                "fraud_reject_threshold": settings.fraud_reject_threshold}

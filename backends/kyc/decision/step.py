@@ -21,30 +21,37 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import date
 from typing import Any
 
 import numpy as np
 
-from kyc.decision.custody import CUSTODY_INPUTS, check_custody
+from kyc.decision.custody import CUSTODY_INPUTS, check_custody, token_bytes
 from kyc.decision.features import FEATURES, FEATURES_VERSION, Observation, vector
-from kyc.decision.ledger import Ledger, LedgerUnavailableError, MemoryLedger, ledger_from_environ
+from kyc.decision.ledger import (
+    Ledger,
+    LedgerUnavailableError,
+    MemoryLedger,
+    Spend,
+    ledger_from_environ,
+)
 from kyc.decision.policy import DecisionSettings, Findings, LivenessEvidence, decide
-from kyc.intake.admission import TicketReturns
+from kyc.intake.admission import TICKET_TENSOR, TicketReturns
 from kyc.liveness.token import TokenError, TokenExpiredError, TokenSealer, load_key
 from kyc.pipeline.contract import BLS, Contract, Use
-from kyc.pipeline.modelconfig import Repository
+from kyc.pipeline.modelconfig import Repository, version_dirs
 from kyc.pipeline.seal import SEAL_LABEL, SealClaims, Sealer, derive_key, digest
 from kyc.pipeline.step import (
     Answer,
+    IsReady,
     Request,
     RequestError,
     StepContext,
     UnavailableError,
     require,
 )
-from kyc.verdict import VerdictSigner, application_ref
+from kyc.verdict import VerdictSigner, application_ref, finite
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +100,31 @@ def _holder(application: str | None, seal: SealClaims) -> str:
     return digest(f"{application or ''}|{seal.document}|{seal.selfie}".encode())
 
 
+def _read_text(arrays: Mapping[str, np.ndarray]) -> bool:
+    """Whether the document's reading (TEXT_LINES, attested) holds a line."""
+    try:
+        return bool(json.loads(_text(arrays["TEXT_LINES"], 0)))
+    except (KeyError, IndexError, ValueError):
+        return False
+
+
 def _text(array: np.ndarray, row: int) -> str:
     value = array[row].reshape(-1)[0]
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """One request's findings, ready for the antifraud score and the policy."""
+
+    observation: Observation
+    liveness: LivenessEvidence
+    visual: list[str]  # the text lines read outside the MRZ
+    features: np.ndarray  # antifraud's input vector
+    application: str | None  # the client's kyc_application
+    token_id: str | None  # the liveness token spent here (None: none was)
+    quality: dict[str, Any]  # of both faces
+    seal: SealClaims  # kyc_intake's, checked
 
 
 class DecisionStep:
@@ -122,7 +151,7 @@ class DecisionStep:
                  admission: TicketReturns | None = None,
                  clock: Callable[[], float] = time.time, ledger: Ledger | None = None,
                  signer: VerdictSigner | None = None,
-                 repository: Repository | None = None) -> None:
+                 repository: Repository | None = None, is_ready: IsReady | None = None) -> None:
         self.settings = settings
         self.match_threshold = match_threshold
         self.sealer = sealer
@@ -135,6 +164,7 @@ class DecisionStep:
         self.ledger = ledger or MemoryLedger(clock)  # spent liveness tokens
         self.signer = signer  # None: verdicts go unsigned (a step built without a key)
         self.repository = repository  # the model versions each verdict names
+        self.is_ready = is_ready  # which of them serve (None: the newest of each)
         self._models: dict[str, int] = {}  # read once per execute
 
     @classmethod
@@ -153,62 +183,65 @@ class DecisionStep:
                    lambda faces: embedder({"FACE": faces})["EMBEDDING"],
                    Sealer(derive_key(key, SEAL_LABEL)),
                    admission=TicketReturns() if context.in_server else None,
-                   ledger=ledger_from_environ(context.environ), signer=VerdictSigner(key),
-                   repository=context.repository)
+                   ledger=ledger_from_environ(context.environ, context.in_server),
+                   signer=VerdictSigner(key), repository=context.repository,
+                   is_ready=context.is_ready)
 
     def give_back(self, requests: Sequence[Request]) -> None:
-        """Give back the admission tickets of the customers of ``requests`` (their work
-        is done but for this step's)."""
+        """Give back the admission tickets of ``requests``, whose chain of custody holds
+        (their work is done but for this step's): each teaches the admission limit when
+        its document's reading found text (kyc.intake.admission: a map forged in place of
+        ocr_det's reads nothing)."""
         if self.admission is not None:
-            self.admission.give_back_requests(requests, self.clock())
+            self.admission.give_back([(r.inputs[TICKET_TENSOR], _read_text(r.inputs))
+                                      for r in requests if TICKET_TENSOR in r.inputs],
+                                     self.clock())
 
     def run(self, requests: Sequence[Request]) -> list[Answer]:
         """One answer per request, in order."""
-        now = self.clock()
-        checked: list[Any] = []
-        for request in requests:
-            try:
-                checked.append(check_custody(self.custody, request.inputs, now,
-                                             self.settings.seal_max_age_s))
-            except RequestError as exc:
-                checked.append(RequestError(f"kyc_decision: {exc}"))
+        checked = [self._custody(r) for r in requests]
+        # a forged or replayed seal gives no ticket back
         self.give_back([r for r, c in zip(requests, checked, strict=True)
-                        if not isinstance(c, Exception)])  # a forged ticket is not given back
-        ok = [r.inputs for r, c in zip(requests, checked, strict=True)
-              if not isinstance(c, Exception)]
-        embeddings = iter(self._embeddings(ok))
+                        if not isinstance(c, Exception)])
+        embeddings = iter(self._embeddings([r.inputs for r, c in zip(requests, checked,
+                                                                      strict=True)
+                                            if not isinstance(c, Exception)]))
         today = self.today()
-        prepared: list[Any] = []
-        for request, check in zip(requests, checked, strict=True):
-            if isinstance(check, Exception):
-                prepared.append(check)
-                continue
-            try:
-                application = _application(request)
-                prepared.append({**self._prepare(request.inputs, next(embeddings), today,
-                                                 application, _holder(application, check)),
-                                 "seal": check})
-            except LedgerUnavailableError as exc:
-                prepared.append(UnavailableError(f"kyc_decision: {exc}: retry"))
-            except RequestError as exc:  # the client's: its message is for the client
-                prepared.append(RequestError(f"kyc_decision: {exc}"))
-            except Exception as exc:  # a bug or an upstream step's bad tensor: this
-                prepared.append(exc)  # request only, reported by its type, never its text
-        rows = [p for p in prepared if not isinstance(p, Exception)]
-        scores = self._fraud_scores([p["features"] for p in rows], self.score)
-        self._models = self._model_versions()
-        answers: list[Answer] = []
-        k = 0
-        for item in prepared:
-            if isinstance(item, Exception):
-                answers.append(item)
-                continue
-            try:
-                answers.append(self._outputs(item, float(scores[k]), today))
-            except Exception as exc:  # this request only (reported by its type)
-                answers.append(exc)
-            k += 1
-        return answers
+        prepared = [c if isinstance(c, Exception) else self._prepared(r, c, next(embeddings),
+                                                                      today)
+                    for r, c in zip(requests, checked, strict=True)]
+        rows = [p for p in prepared if isinstance(p, Prepared)]
+        scores = iter(self._fraud_scores([p.features for p in rows], self.score).tolist())
+        self._models = self._serving_versions()
+        return [p if isinstance(p, Exception) else self._answer(p, next(scores), today)
+                for p in prepared]
+
+    def _custody(self, request: Request) -> SealClaims | Exception:
+        """The request's seal, checked with its whole chain of custody, or its error."""
+        try:
+            return check_custody(self.custody, request.inputs, self.clock(),
+                                 self.settings.seal_max_age_s, _application(request))
+        except RequestError as exc:
+            return RequestError(f"kyc_decision: {exc}")
+
+    def _prepared(self, request: Request, seal: SealClaims,
+                  embeddings: tuple[np.ndarray, np.ndarray], today: date) -> Prepared | Exception:
+        """What the request's findings are, or the exception it is answered with."""
+        try:
+            application = _application(request)
+            return self._prepare(request.inputs, embeddings, today, application, seal)
+        except LedgerUnavailableError as exc:
+            return UnavailableError(f"kyc_decision: {exc}: retry")
+        except RequestError as exc:  # the client's: its message is for the client
+            return RequestError(f"kyc_decision: {exc}")
+        except Exception as exc:  # a bug or an upstream step's bad tensor: this request
+            return exc  # only, reported by its type, never its text
+
+    def _answer(self, item: Prepared, fraud: float, today: date) -> Answer:
+        try:
+            return self._outputs(item, fraud, today)
+        except Exception as exc:  # this request only (reported by its type)
+            return exc
 
     def _embeddings(self, inputs: list[Mapping[str, np.ndarray]]
                     ) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -219,25 +252,18 @@ class DecisionStep:
         out = np.asarray(self.embed(faces), np.float32).reshape(len(faces), -1)
         return [(out[2 * k], out[2 * k + 1]) for k in range(len(inputs))]
 
-    def _signed(self, item: dict[str, Any], decision: str, reasons: list[str]) -> dict[str, Any]:
-        """What the verdict's signature covers (kyc.verdict)."""
-        seal: SealClaims = item["seal"]
-        return {"decision": decision, "reasons": list(reasons),
-                "application": item["application"], "issued_at": int(self.clock()),
-                "images": {"document": seal.document, "selfie": seal.selfie},
-                "liveness_token": item["token_id"], "models": self._models}
-
-    def _model_versions(self) -> dict[str, int]:
-        """The newest version of every model in the repository serving this verdict."""
+    def _serving_versions(self) -> dict[str, int]:
+        """Each model of the repository serving this verdict, with the version serving it
+        (the highest one ready: the ensemble and the BLS calls ask for the newest)."""
         if self.repository is None:
             return {}
-        root = self.repository.root
         versions = {}
-        for folder in sorted(p for p in root.iterdir() if (p / "config.pbtxt").is_file()):
-            try:
-                versions[folder.name] = int(self.repository.latest_version(folder.name).name)
-            except (FileNotFoundError, ValueError):
-                continue
+        for folder in sorted(p for p in self.repository.root.iterdir()
+                             if (p / "config.pbtxt").is_file()):
+            for version in reversed([int(v.name) for v in version_dirs(folder)]):
+                if self.is_ready is None or self.is_ready(folder.name, version):
+                    versions[folder.name] = version
+                    break
         return versions
 
     @staticmethod
@@ -248,7 +274,7 @@ class DecisionStep:
 
     def _prepare(self, arrays: Mapping[str, np.ndarray],
                  embeddings: tuple[np.ndarray, np.ndarray], today: date,
-                 application: str | None, holder: str) -> dict[str, Any]:
+                 application: str | None, seal: SealClaims) -> Prepared:
         require(arrays, INPUTS)
         doc_found = bool(arrays["DOC_FACE_FOUND"].reshape(-1)[0])
         selfie_found = bool(arrays["SELFIE_FACE_FOUND"].reshape(-1)[0])
@@ -262,10 +288,10 @@ class DecisionStep:
                        if (document.get("mrz") or {}).get("lines") else set())
         visual = [line["text"] for k, line in enumerate(lines) if k not in read_as_mrz]
         mrz_conf = [lines[k]["confidence"] for k in read_as_mrz]
-        liveness, token_id = self._liveness(arrays["LIVENESS_TOKEN"].reshape(-1)[0],
-                                            selfie_emb, selfie_found, application, holder)
-        selfie_quality = json.loads(_text(arrays["SELFIE_QUALITY"], 0))
-        doc_quality = json.loads(_text(arrays["DOC_QUALITY"], 0))
+        liveness, token_id = self._liveness(token_bytes(arrays), selfie_emb, selfie_found,
+                                            application, _holder(application, seal))
+        quality = {"selfie": json.loads(_text(arrays["SELFIE_QUALITY"], 0)),
+                   "document_face": json.loads(_text(arrays["DOC_QUALITY"], 0))}
         observation = Observation(
             face_match_score=match, document_face_found=doc_found,
             selfie_face_found=selfie_found,
@@ -274,30 +300,27 @@ class DecisionStep:
             liveness_match=(liveness.selfie_similarity
                             if liveness.selfie_similarity is not None else -1.0),
             document=document, mrz_confidence=float(np.mean(mrz_conf)) if mrz_conf else 0.0,
-            selfie_quality=selfie_quality, document_face_quality=doc_quality)
-        return {"observation": observation, "liveness": liveness, "visual": visual,
-                "features": vector(observation, today), "application": application,
-                "token_id": token_id,
-                "quality": {"selfie": selfie_quality, "document_face": doc_quality}}
+            selfie_quality=quality["selfie"], document_face_quality=quality["document_face"])
+        return Prepared(observation, liveness, visual, vector(observation, today), application,
+                        token_id, quality, seal)
 
-    def _liveness(self, token: Any, selfie: np.ndarray, selfie_found: bool,
+    def _liveness(self, token: bytes, selfie: np.ndarray, selfie_found: bool,
                   application: str | None, holder: str) -> tuple[LivenessEvidence, str | None]:
         """What the token says, and its id when it was spent here (one token, one
         verification: kyc.decision.ledger)."""
-        data = token if isinstance(token, bytes) else str(token).encode()
-        if not data:
+        if not token:
             return LivenessEvidence(provided=False), None
         try:
-            claims = self.sealer.open(data)
+            claims = self.sealer.open(token, self.clock())
         except TokenError as exc:
             return LivenessEvidence(provided=True, expired=isinstance(exc, TokenExpiredError),
                                     problem=str(exc)), None
         problem = self._binding_problem(claims.application, application)
         if problem is not None:
             return LivenessEvidence(provided=True, problem=problem), None
-        if not self.ledger.spend(claims.token_id, claims.expires_at, holder):
-            return LivenessEvidence(provided=True, reused=True,
-                                    problem="token was spent by an earlier verification"), None
+        spent = self.ledger.spend(claims.token_id, claims.issued_at, claims.expires_at, holder)
+        if not spent.accepted:
+            return _unspendable(spent), None
         return self._evidence(claims, selfie, selfie_found), claims.token_id
 
     def _binding_problem(self, bound: str | None, given: str | None) -> str | None:
@@ -318,36 +341,12 @@ class DecisionStep:
                                 passive_pad=claims.passive_pad, score=claims.score,
                                 selfie_similarity=similarity)
 
-    def _outputs(self, item: dict[str, Any], fraud: float, today: date
-                 ) -> dict[str, np.ndarray]:
-        obs: Observation = item["observation"]
-        liveness: LivenessEvidence = item["liveness"]
+    def _outputs(self, item: Prepared, fraud: float, today: date) -> dict[str, np.ndarray]:
+        obs, liveness = item.observation, item.liveness
         findings = Findings(obs.face_match_score, obs.document_face_found, obs.selfie_face_found,
-                            obs.selfie_faces, liveness, obs.document, item["visual"], fraud)
+                            obs.selfie_faces, liveness, obs.document, item.visual, fraud)
         decision, reasons, figures = decide(findings, self.settings, self.match_threshold, today)
-        report = {
-            "decision": decision,
-            "reasons": reasons,
-            "face": {"match_score": round(obs.face_match_score, 4),
-                     "match_threshold": self.match_threshold,
-                     "document_face_found": obs.document_face_found,
-                     "selfie_face_found": obs.selfie_face_found,
-                     "selfie_faces": obs.selfie_faces, "quality": item["quality"]},
-            "liveness": {k: (round(v, 4) if isinstance(v, float) else v)
-                         for k, v in asdict(liveness).items()},
-            "document": {**obs.document, "age": figures["age"],
-                         "visual_zone_consistent": figures["visual_zone_consistent"]},
-            "fraud_score": round(fraud, 4),
-            # what antifraud saw, in its pinned order (explains fraud_score)
-            "fraud_features": {name: round(float(v), 4)
-                               for name, v in zip(FEATURES, item["features"], strict=True)},
-            "policy": {k: figures[k] for k in ("min_age", "fraud_review_threshold",
-                                               "fraud_reject_threshold")},
-            "application": item["application"],
-            "models": self._models,
-        }
-        if self.signer is not None:
-            report["signature"] = self.signer.sign(self._signed(item, decision, reasons))
+        report = self._report(item, fraud, decision, reasons, figures)
         return {
             "DECISION": np.array([[decision.encode()]], dtype=np.object_),
             "FACE_MATCH_SCORE": np.array([[obs.face_match_score]], dtype=np.float32),
@@ -356,3 +355,45 @@ class DecisionStep:
             "FRAUD_SCORE": np.array([[fraud]], dtype=np.float32),
             "REPORT": np.array([[json.dumps(report).encode()]], dtype=np.object_),
         }
+
+    def _report(self, item: Prepared, fraud: float, decision: str, reasons: list[str],
+                figures: Mapping[str, Any]) -> dict[str, Any]:
+        """REPORT: every figure behind the decision, signed whole (kyc.verdict)."""
+        obs = item.observation
+        report = {
+            "decision": decision,
+            "reasons": reasons,
+            "face": {"match_score": round(obs.face_match_score, 4),
+                     "match_threshold": self.match_threshold,
+                     "document_face_found": obs.document_face_found,
+                     "selfie_face_found": obs.selfie_face_found,
+                     "selfie_faces": obs.selfie_faces, "quality": item.quality},
+            "liveness": {k: (round(v, 4) if isinstance(v, float) else v)
+                         for k, v in asdict(item.liveness).items()},
+            "document": {**obs.document, "age": figures["age"],
+                         "visual_zone": figures["visual_zone"],
+                         "visual_zone_consistent": figures["visual_zone_consistent"]},
+            "fraud_score": round(fraud, 4),
+            # what antifraud saw, in its pinned order (explains fraud_score)
+            "fraud_features": {name: round(float(v), 4)
+                               for name, v in zip(FEATURES, item.features, strict=True)},
+            "policy": {k: figures[k] for k in ("min_age", "fraud_review_threshold",
+                                               "fraud_reject_threshold")},
+            "application": item.application,
+            "issued_at": int(self.clock()),
+            # the digests of the images kyc_intake sealed (kyc.verdict.image_digest)
+            "images": {"document": item.seal.document, "selfie": item.seal.selfie},
+            "liveness_token": item.token_id,
+            "models": self._models,
+        }
+        return self.signer.sign(report) if self.signer is not None else finite(report)
+
+
+def _unspendable(spent: Spend) -> LivenessEvidence:
+    """The evidence of a genuine token the ledger did not let this verification spend."""
+    if spent is Spend.UNKNOWN:  # it may have been spent in a ledger now forgotten
+        return LivenessEvidence(provided=True, expired=True,
+                                problem="token was issued before the ledger of spent tokens "
+                                        "began (a restart): make a new liveness session")
+    return LivenessEvidence(provided=True, reused=True,
+                            problem="token was spent by an earlier verification")

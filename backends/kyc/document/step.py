@@ -11,6 +11,7 @@ own request; a failing ``ocr_rec`` the batch.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import time
@@ -150,6 +151,16 @@ def _answer(read: Sequence[list[TextLine]]) -> dict[str, np.ndarray]:
             "DOCUMENT": text_tensor([json.dumps(document_report(lines)) for lines in read])}
 
 
+def _proven_read(answer: Answer | None, row: int, document: str) -> bool:
+    """Whether row ``row`` of ``answer`` read text from a canvas attested for the page
+    of digest ``document`` (its ATTESTATION names the image the canvas came from)."""
+    if not isinstance(answer, dict):
+        return False
+    attested = text_of(answer["ATTESTATION"], row).split(".")
+    return (len(attested) == 3 and attested[1] == document
+            and bool(json.loads(text_of(answer["TEXT_LINES"], row))))
+
+
 class OcrPostprocessStep:
     """The last step of ``document_ocr`` (and, as ``ocr_fields``, the document step of
     ``kyc_ensemble``): the page's lines read and parsed. In ``document_ocr`` it then
@@ -185,26 +196,36 @@ class OcrPostprocessStep:
                    pipeline_sealer(context.environ))
 
     def run(self, requests: Sequence[Request]) -> list[Answer]:
+        answers: list[Answer] = []
         try:
-            return batched(requests, self._pages, self._read, self._answer)
+            answers = batched(requests, self._pages, self._read, self._answer)
+            return answers
         finally:  # after the reading, most of a document's time
             if self.admission is not None:
                 now = time.time()
-                self.admission.give_back_requests([r for r in requests if self._sealed(r, now)],
-                                                  now)
+                self.admission.give_back(
+                    [row for r, a in itertools.zip_longest(requests, answers)
+                     for row in self._returned(r, a, now)], now)
 
-    def _sealed(self, request: Request, now: float) -> bool:
-        """Whether ``request``'s ticket is under a seal of kyc_intake (a forged one is
-        not given back: it would free another request's place)."""
+    def _returned(self, request: Request, answer: Answer | None,
+                  now: float) -> list[tuple[np.ndarray, bool]]:
+        """The rows of ``request``'s ticket under a seal of kyc_intake (a forged one is
+        not given back: it would free another request's place), each with whether it
+        teaches the admission limit: its page was read from a canvas ocr_preprocess
+        attested for the sealed page, and text was found (kyc.intake.admission)."""
         if self.sealer is None or TICKET_TENSOR not in request.inputs:
-            return False
-        try:
-            self.sealer.open_seal(text_of(request.inputs.get(SEAL_INPUT, np.array([[b""]]))),
-                                  tuple(request.inputs[TICKET_TENSOR].reshape(-1)), now,
-                                  SEAL_MAX_AGE_S)
-        except (SealError, ValueError):
-            return False
-        return True
+            return []
+        tickets = np.asarray(request.inputs[TICKET_TENSOR]).reshape(-1, 3)
+        seals = request.inputs.get(SEAL_INPUT, np.array([[b""]] * len(tickets)))
+        returned = []
+        for row, ticket in enumerate(tickets):
+            try:
+                seal = self.sealer.open_seal(text_of(seals, row), tuple(ticket), now,
+                                             SEAL_MAX_AGE_S)
+            except (SealError, ValueError, IndexError):
+                continue
+            returned.append((ticket, _proven_read(answer, row, seal.document)))
+        return returned
 
     def _pages(self, request: Request) -> list[tuple[tuple, str | None]]:
         """Each page of ``request`` with the digest of the image its canvas attestation

@@ -34,6 +34,8 @@ ENTRY_OF_IMAGES = {IMAGE_INPUTS: "kyc_ensemble", IMAGE_INPUTS[:1]: "document_ocr
 
 ADMISSION_OUTPUT = TICKET_TENSOR  # the request's tickets, to its last step (int64 [3])
 SEAL_OUTPUT = SEAL_INPUT  # each row's seal, to the steps that check it (kyc.pipeline.seal)
+# kyc_ensemble's liveness token, which the seal binds (the steps pass it on untouched)
+TOKEN_INPUT = "LIVENESS_TOKEN"
 _ADMISSION = AdmissionSettings()
 
 

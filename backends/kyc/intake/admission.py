@@ -17,6 +17,18 @@ step: its ticket expires after ``ttl_s`` (the SLA). Each entry has its own limit
 state (:data:`ENTRIES`): a document read alone costs a fraction of a customer; the
 budgets are ``kyc.budgets.ADMISSION_BUDGET_MS`` (the SLA for both, and why).
 
+Only real customers teach the limit. A ticket is given back under its seal only (a
+forged one would free another request's place), and it *teaches* only when the work
+of its request was done and is proven: ``kyc_decision`` gives back the tickets of
+requests whose whole chain of custody holds (both faces and the document's reading
+attested for the sealed images) and whose reading found text; ``ocr_postprocess``
+(``document_ocr``) those whose canvas ``ocr_preprocess`` attested for the sealed page
+and whose reading found text. Any other sealed ticket is freed without moving the
+limit: a caller who takes tickets from ``kyc_intake`` and hands them straight back
+(the review's attack, 4 -> 64 in 2.1 s) frees its places and teaches nothing. A map
+forged in place of ``ocr_det``'s (an ONNX model cannot attest) reads nothing, so it
+teaches nothing either.
+
 The limit follows measured latency, in the style of Netflix's concurrency-limits:
 each ticket given back tells, by Little's law, how many customers the server finishes
 inside the target (the tickets out over its latency, times the target). A customer
@@ -58,11 +70,12 @@ ENTRIES = tuple(ADMISSION_BUDGET_MS)  # a ticket names its entry by its index he
 
 SLOTS = 256  # the most tickets out at once (max_limit is capped to it)
 # header: [magic, limit, last decrease time, out at the last admission]; per slot:
-# [taken (0/1), admitted at, generation, tickets out when admitted, given back (0/1),
-#  given back at]
+# [taken (0/1), admitted at, generation, tickets out when admitted, given back (0: no,
+#  1: teaching the limit, 2: freed only), given back at]
 HEADER, WIDTH = 4, 6
 TAKEN, AT, GEN, OUT, BACK, BACK_AT = range(WIDTH)
-MAGIC = 20261126.0
+TEACHES, FREES = 1.0, 2.0  # how a ticket came back (BACK)
+MAGIC = 20261128.0
 SHM_DIR = Path("/dev/shm")
 
 
@@ -192,9 +205,10 @@ class AdmissionState:
         moving the limit for each."""
         s = self._settings()
         back = self.slots[:, BACK] > 0
+        teaches = self.slots[:, BACK] == TEACHES
         out_now = int(np.count_nonzero(self.slots[:, TAKEN]))
-        latencies = (self.slots[back, BACK_AT] - self.slots[back, AT]).tolist()
-        for latency, out_then in zip(latencies, self.slots[back, OUT].tolist(), strict=True):
+        latencies = (self.slots[teaches, BACK_AT] - self.slots[teaches, AT]).tolist()
+        for latency, out_then in zip(latencies, self.slots[teaches, OUT].tolist(), strict=True):
             # in use: at least half the limit out when it came (a quiet day does not
             # open the gate); a slow answer counts whenever it comes
             if latency > s.target_s or out_then + 1 >= self.limit / 2:
@@ -224,14 +238,15 @@ class AdmissionState:
         self.header[3] = out + count
         return Admitted(tuple(tickets), out + count, self.limit, expired)
 
-    def release(self, ticket: Ticket, now: float) -> bool:
-        """Mark ``ticket`` given back at ``now``; False for one expired (or unknown)."""
+    def release(self, ticket: Ticket, now: float, teaches: bool = True) -> bool:
+        """Mark ``ticket`` given back at ``now``, its latency ``teaches`` the limit or
+        not (its request's work not proven); False for one expired (or unknown)."""
         if not 0 <= ticket.slot < SLOTS:
             return False
         row = self.slots[ticket.slot]
         if row[TAKEN] == 0 or row[BACK] > 0 or int(row[GEN]) != ticket.generation:
             return False
-        row[BACK], row[BACK_AT] = 1.0, now
+        row[BACK], row[BACK_AT] = (TEACHES if teaches else FREES), now
         return True
 
 
@@ -302,14 +317,15 @@ class SharedAdmission:
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 
-    def release(self, ticket: Ticket, now: float) -> bool:
-        return self.release_all([ticket], now) == 1
+    def release(self, ticket: Ticket, now: float, teaches: bool = True) -> bool:
+        return self.release_all([(ticket, teaches)], now) == 1
 
-    def release_all(self, tickets: list[Ticket], now: float) -> int:
-        """Give back ``tickets`` under one lock; how many were still out."""
+    def release_all(self, tickets: list[tuple[Ticket, bool]], now: float) -> int:
+        """Give back ``tickets`` (each with whether it teaches the limit) under one
+        lock; how many were still out."""
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         try:
-            return sum(self.state.release(ticket, now) for ticket in tickets)
+            return sum(self.state.release(ticket, now, teaches) for ticket, teaches in tickets)
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 
@@ -327,18 +343,13 @@ class TicketReturns:
         self._open = open or (lambda entry: SharedAdmission.for_server(None, entry))
         self._states: dict[str, SharedAdmission] = {}
 
-    def give_back_requests(self, requests: Iterable, now: float) -> int:
-        """Give back the tickets of ``requests`` (each with ``inputs`` by tensor name;
-        those without :data:`TICKET_TENSOR` hold none)."""
-        return self.give_back([r.inputs[TICKET_TENSOR] for r in requests
-                               if TICKET_TENSOR in r.inputs], now)
-
-    def give_back(self, arrays: Iterable[np.ndarray], now: float) -> int:
-        """Give back the tickets in ``arrays`` (``ADMISSION`` tensors); how many were
-        still out."""
-        by_entry: dict[str, list[Ticket]] = {}
-        for ticket in tickets_in(arrays):
-            by_entry.setdefault(ticket.entry, []).append(ticket)
+    def give_back(self, rows: Iterable[tuple[np.ndarray, bool]], now: float) -> int:
+        """Give back the tickets in ``rows`` (``ADMISSION`` rows, each with whether its
+        request's work, proven, teaches the limit); how many were still out."""
+        by_entry: dict[str, list[tuple[Ticket, bool]]] = {}
+        for row, teaches in rows:
+            for ticket in tickets_in([row]):
+                by_entry.setdefault(ticket.entry, []).append((ticket, teaches))
         back = 0
         for entry, tickets in by_entry.items():
             if entry not in self._states:

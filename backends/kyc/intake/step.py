@@ -27,6 +27,7 @@ from kyc.intake import (
     IMAGE_INPUTS,
     OUTPUT_PREFIX,
     SEAL_OUTPUT,
+    TOKEN_INPUT,
     IntakeSettings,
     check_images,
 )
@@ -43,6 +44,7 @@ from kyc.pipeline.step import (
     encoded_items,
     text_tensor,
 )
+from kyc.verdict import application_ref
 
 NO_TICKET = (-1, -1, -1)  # admission off (or outside a server)
 WHAT = {"kyc_ensemble": "customers", "document_ocr": "documents"}  # an entry's rows
@@ -68,7 +70,7 @@ def _rows(request: Request) -> list[Row]:
 class IntakeStep:
     CONTRACT = Contract(
         settings=IntakeSettings, budget="intake", inputs=IMAGE_INPUTS[:1],
-        optional_inputs=frozenset(IMAGE_INPUTS[1:]),
+        optional_inputs=frozenset((*IMAGE_INPUTS[1:], TOKEN_INPUT)),
         outputs=(*(OUTPUT_PREFIX + name for name in IMAGE_INPUTS), ADMISSION_OUTPUT, SEAL_OUTPUT))
 
     def __init__(self, settings: IntakeSettings,
@@ -93,17 +95,29 @@ class IntakeStep:
 
     def run(self, requests: Sequence[Request]) -> list[Answer]:
         answers = batched(requests, _rows, self._check, _answer)
-        admitted = [self._admit(a, ENTRY_OF_IMAGES[_names(r)]) if isinstance(a, dict) else a
-                    for r, a in zip(requests, answers, strict=True)]
-        return [self._sealed(a) if isinstance(a, dict) else a for a in admitted]
+        return [self._admitted(r, a) if isinstance(a, dict) else a
+                for r, a in zip(requests, answers, strict=True)]
 
-    def _sealed(self, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _admitted(self, request: Request, outputs: dict[str, np.ndarray]) -> Answer:
+        """``outputs`` admitted and sealed, or the request's error: a bad token tensor or
+        ``kyc_application`` before admission (it takes no ticket), or shed."""
+        try:
+            tokens, application = _binding(request, len(outputs[OUTPUT_PREFIX + IMAGE_INPUTS[0]]))
+        except RequestError as exc:
+            return exc
+        answer = self._admit(outputs, ENTRY_OF_IMAGES[_names(request)])
+        return self._sealed(answer, tokens, application) if isinstance(answer, dict) else answer
+
+    def _sealed(self, outputs: dict[str, np.ndarray], tokens: Sequence[bytes | None],
+                application: str | None) -> dict[str, np.ndarray]:
         """``outputs`` with each row's seal (:mod:`kyc.pipeline.seal`): its ticket, now,
-        and its images' digests, for the steps after this one to check."""
+        its images', its token's and its application's digests, for the steps after
+        this one to check."""
         now = self.clock()
         images = [outputs.get(OUTPUT_PREFIX + name) for name in IMAGE_INPUTS]
         seals = [self.sealer.seal(tuple(int(v) for v in ticket), now, images[0][row, 0],
-                                  None if images[1] is None else images[1][row, 0])
+                                  None if images[1] is None else images[1][row, 0],
+                                  tokens[row], application)
                  if self.sealer is not None else ""
                  for row, ticket in enumerate(outputs[ADMISSION_OUTPUT])]
         return {**outputs, SEAL_OUTPUT: text_tensor(seals)}
@@ -126,6 +140,21 @@ class IntakeStep:
         """Each row with its first problem (None: its images are usable)."""
         return [(row, check_images(row if len(row) > 1 else ((ALONE_DOCUMENT_NAME, row[0][1]),),
                                    self.settings.limits)) for row in rows]
+
+
+def _binding(request: Request, rows: int) -> tuple[list[bytes | None], str | None]:
+    """Each row's liveness token (None: the request sent none, as document_ocr's) and
+    the request's ``kyc_application``, which the seal binds; RequestError for bad ones."""
+    try:
+        application = application_ref(request.parameters)
+    except ValueError as exc:
+        raise RequestError(str(exc)) from None
+    if TOKEN_INPUT not in request.inputs:
+        return [None] * rows, application
+    tokens = encoded_items(request.inputs, TOKEN_INPUT)
+    if len(tokens) != rows:
+        raise RequestError(f"{TOKEN_INPUT} and {IMAGE_INPUTS[0]} have different batch sizes")
+    return list(tokens), application
 
 
 def _answer(mine: list[tuple[Row, str | None]]) -> Answer:

@@ -5,18 +5,17 @@ AES-256-GCM (``cryptography``) with a 96-bit random nonce per token. The token i
 data binds the format version and the key id. The key id (8 hex digits of a
 SHA-256 of the key, which tells nothing of the key) names the key that sealed the
 token, so a server holding another key says so instead of a bare "altered": every
-replica behind one service must read the same key. Tokens of the earlier format
-(``"kyc1."``, no key id), which servers before the key id issued, are still read:
-they live 5 minutes, the length of a rolling update.
+replica behind one service must read the same key. Tokens of the earlier formats
+(``"kyc1."`` with no key id; without a token id or the checks that ran) are refused:
+no server has issued them since 2026-11-27, and a token lives 2 minutes.
 
 Its plaintext is JSON: session id, verdict, score, issue and expiry times (Unix
 seconds), the challenge, the embedding of the session's best frame (so
 ``kyc_ensemble`` can check that the selfie and the document show the live person),
 and which checks ran and how each came out (so the decision knows whether passive
-PAD ran: a verdict without it is of lower assurance). Tokens sealed before the
-checks were carried read as "which checks ran: unknown", treated as no passive PAD.
-A client can neither read nor change it: a modified byte fails the tag, an expired
-token is refused.
+PAD ran: a verdict without it is of lower assurance), the application its START
+named and its own random id (spent once: kyc.decision.ledger). A client can neither
+read nor change it: a modified byte fails the tag, an expired token is refused.
 
 The key (32 bytes) is shared by every model that makes or reads tokens:
 ``KYC_TOKEN_KEY`` (base64) or ``KYC_TOKEN_KEY_FILE`` (a file holding it in
@@ -40,8 +39,7 @@ import numpy as np
 
 PREFIX = "kyc2."
 AAD = b"kyc-liveness-token-v2:"  # + the key id
-LEGACY_PREFIX = "kyc1."
-LEGACY_AAD = b"kyc-liveness-token-v1"
+RETIRED_PREFIXES = ("kyc1.",)  # formats no server issues any more
 KEY_ID_CHARS = 8
 KEY_BYTES = 32
 NONCE_BYTES = 12
@@ -116,18 +114,17 @@ class LivenessClaims:
     expires_at: float
     challenge: tuple[str, ...]
     embedding: np.ndarray | None  # float32, L2-normalised
-    # check name -> True/False, or "not_configured"/"off" for one that did not run;
-    # None: a token from before checks were carried
-    checks: dict | None = None
+    # check name -> True/False, or "not_configured"/"off" for one that did not run
+    checks: dict
     # the application reference its START gave (None: unbound), and its own random id,
     # spent by the first verification (kyc.decision.ledger)
-    application: str | None = None
-    token_id: str = ""
+    application: str | None
+    token_id: str
 
     @property
     def passive_pad(self) -> bool:
         """Whether a passive anti-spoofing model ran in the session (and passed)."""
-        return bool(self.checks) and self.checks.get("passive_pad") is True  # type: ignore[union-attr]
+        return self.checks.get("passive_pad") is True
 
     def to_json(self) -> bytes:
         embedding = None if self.embedding is None else base64.b64encode(
@@ -145,18 +142,19 @@ class LivenessClaims:
             raw = json.loads(data)
             embedding = None if raw["emb"] is None else np.frombuffer(
                 base64.b64decode(raw["emb"]), dtype="<f4").astype(np.float32)
-            checks = raw.get("checks")
-            if checks is not None and not isinstance(checks, dict):
-                raise TypeError("checks is not an object")
-            application = raw.get("app")
-            if application is not None and not isinstance(application, str):
-                raise TypeError("app is not a string")
-            # a token sealed before token ids: named by its sealed session and time
-            token_id = str(raw.get("jti") or f"{raw['sid']}@{raw['iat']}")
+        except (ValueError, KeyError, TypeError, binascii.Error) as exc:
+            raise TokenError(f"token content is malformed: {type(exc).__name__}") from None
+        checks, application, token_id = raw.get("checks"), raw.get("app"), raw.get("jti")
+        if not isinstance(checks, dict) or not isinstance(token_id, str) or not token_id:
+            raise TokenError("token of a retired format (no token id or checks): make a new "
+                             "liveness session")
+        if application is not None and not isinstance(application, str):
+            raise TokenError("token content is malformed: app is not a string")
+        try:
             return cls(str(raw["sid"]), bool(raw["live"]), float(raw["score"]),
                        float(raw["iat"]), float(raw["exp"]), tuple(raw["challenge"]), embedding,
                        checks, application, token_id)
-        except (ValueError, KeyError, TypeError, binascii.Error) as exc:
+        except (ValueError, KeyError, TypeError) as exc:
             raise TokenError(f"token content is malformed: {type(exc).__name__}") from None
 
 
@@ -178,9 +176,9 @@ class TokenSealer:
         return f"{PREFIX}{self.key_id}.{body}".encode()
 
     def _body(self, text: str) -> tuple[str, bytes]:
-        """The base64 part of a token and its associated data, by format."""
-        if text.startswith(LEGACY_PREFIX):
-            return text[len(LEGACY_PREFIX):], LEGACY_AAD
+        """The base64 part of a token and its associated data."""
+        if text.startswith(RETIRED_PREFIXES):
+            raise TokenError("token of a retired format: make a new liveness session")
         if not text.startswith(PREFIX):
             raise TokenError("not a liveness token (wrong prefix)")
         kid, dot, body = text[len(PREFIX):].partition(".")

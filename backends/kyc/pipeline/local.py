@@ -83,8 +83,9 @@ class LocalEnsemble:
         errors: list[Exception | None] = [None] * len(requests)
         for model, input_map, output_map in self.order:
             live = [i for i, e in enumerate(errors) if e is None]
-            answers = self.models.run(model, [
-                Request({inner: tensors[i][outer] for inner, outer in input_map.items()})
+            answers = self.models.run(model, [  # each step sees the client's parameters
+                Request({inner: tensors[i][outer] for inner, outer in input_map.items()},
+                        parameters=requests[i].parameters)
                 for i in live])
             for i, answer in zip(live, answers, strict=True):
                 if isinstance(answer, Exception):

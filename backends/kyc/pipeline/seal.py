@@ -9,7 +9,9 @@ ensemble passes the client's request parameters on, and nothing else), so the st
 prove to each other what they computed, with a key the clients do not hold:
 
 - ``kyc_intake``, which sees the client's images first, *seals* the request: its
-  admission ticket, the time, and a digest of each image (``SEAL``);
+  admission ticket, the time, a digest of each image, of the liveness token and of the
+  ``kyc_application`` parameter (``SEAL``): a seal is worth nothing for another token
+  or another application;
 - each step that turns an image into what the decision reads *attests* it: a MAC over
   the image's digest and its outputs (``face_preprocess``: the aligned face, found,
   faces, quality; ``ocr_preprocess``: the canvas and scale; ``ocr_fields``: DOCUMENT and
@@ -48,10 +50,11 @@ SEAL_INPUT = "SEAL"  # the tensor a seal travels in
 # a seal is refused past this age: longer than any request's time in the pipeline
 # (the SLA is 8 s), short for a replay (kyc_decision's seal_max_age_s may change it)
 SEAL_MAX_AGE_S = 60.0
-SEAL_VERSION = "s1"
+SEAL_VERSION = "s2"
+SEAL_FIELDS = 9  # version, ticket (3), time, document, selfie, token, application
 ATTESTATION_VERSION = "a1"
 DIGEST_BYTES = 16  # 128 bits: a collision costs 2^64 work, a forgery 2^128
-NO_IMAGE = "-"  # a document read alone: no selfie
+NO_IMAGE = "-"  # a document read alone: no selfie, no token
 
 
 class SealError(ValueError):
@@ -91,6 +94,17 @@ class SealClaims:
     issued_at: float  # Unix seconds
     document: str  # digest of DOCUMENT_IMAGE
     selfie: str  # digest of SELFIE_IMAGE, or NO_IMAGE
+    token: str = NO_IMAGE  # digest of the LIVENESS_TOKEN's bytes, or NO_IMAGE (none sent)
+    application: str = NO_IMAGE  # application_digest of the request's kyc_application
+
+
+def application_digest(application: str | None) -> str:
+    """What a seal holds of the request's ``kyc_application`` (None: none given)."""
+    return digest(b"application\0" + (application or "").encode())
+
+
+def optional_digest(value: bytes | None) -> str:
+    return NO_IMAGE if value is None else digest(value)
 
 
 class Sealer:
@@ -104,9 +118,13 @@ class Sealer:
         return hmac.new(self._key, message, hashlib.sha256).hexdigest()[: 2 * DIGEST_BYTES]
 
     def seal(self, ticket: tuple[int, int, int], issued_at: float, document: bytes,
-             selfie: bytes | None) -> str:
+             selfie: bytes | None, token: bytes | None = None,
+             application: str | None = None) -> str:
+        """The seal of one row: its ticket, ``issued_at``, its images, its liveness token
+        (None: the request has none) and its ``kyc_application``."""
         fields = [SEAL_VERSION, *map(str, ticket), str(int(issued_at * 1000)),
-                  digest(document), digest(selfie) if selfie is not None else NO_IMAGE]
+                  digest(document), optional_digest(selfie), optional_digest(token),
+                  application_digest(application)]
         return ".".join([*fields, self._tag(*fields)])
 
     def open_seal(self, seal: str, ticket: tuple[int, int, int], now: float,
@@ -114,9 +132,9 @@ class Sealer:
         """The claims of ``seal`` for the row holding ``ticket``; SealError when the MAC,
         the ticket or the age does not hold."""
         fields = seal.split(".")
-        if len(fields) != 8 or fields[0] != SEAL_VERSION:
+        if len(fields) != SEAL_FIELDS + 1 or fields[0] != SEAL_VERSION:
             raise SealError("no seal of kyc_intake")
-        if not hmac.compare_digest(fields[7], self._tag(*fields[:7])):
+        if not hmac.compare_digest(fields[-1], self._tag(*fields[:-1])):
             raise SealError("the seal of kyc_intake does not hold")
         sealed = tuple(int(v) for v in fields[1:4])
         if sealed != tuple(int(v) for v in ticket):
@@ -124,7 +142,7 @@ class Sealer:
         issued = int(fields[4]) / 1000.0
         if not -5.0 <= now - issued <= max_age_s:
             raise SealError(f"the seal is older than {max_age_s:g} s")
-        return SealClaims(sealed, issued, fields[5], fields[6])  # type: ignore[arg-type]
+        return SealClaims(sealed, issued, *fields[5:9])  # type: ignore[arg-type]
 
     def attest(self, kind: str, image: str, outputs: Mapping[str, np.ndarray]) -> str:
         """``image`` (a digest) -> ``outputs`` (one row each, by name), under the MAC."""

@@ -68,6 +68,8 @@ class Step(Protocol):
 
 # (model, inputs, output names) -> outputs; raises CallError. A BLS call when served.
 Infer = Callable[[str, Mapping[str, np.ndarray], Sequence[str]], Arrays]
+# (model, version) -> whether the server has that version loaded and ready
+IsReady = Callable[[str, int], bool]
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,9 @@ class StepContext:
     in_server: bool = True  # False: run in another program's process (the bench)
     environ: Mapping[str, str] | None = None  # secrets' variables; None: os.environ
     model_dir: Path | None = None  # its folder; None: the repository's folder of that name
+    # which model versions the server serves now; None: the newest of each, as the
+    # in-process runtime loads them
+    is_ready: IsReady | None = None
 
     @property
     def parameters(self) -> dict[str, str]:

@@ -77,6 +77,15 @@ def bls_infer(model: str, inputs: Mapping[str, np.ndarray], outputs: Sequence[st
     return arrays
 
 
+def is_ready(model: str, version: int) -> bool:
+    """Whether the server has ``model`` at ``version`` loaded and ready (the Python
+    backend's model loading API; False when it cannot say)."""
+    try:
+        return bool(pb_utils().is_model_ready(model_name=model, model_version=str(version)))
+    except Exception:  # an unknown model, or a stub without the API
+        return False
+
+
 def public_message(model: str, error: Exception) -> str:
     """What the client is told: the message of our own errors, the type of others."""
     if isinstance(error, (RequestError, UnavailableError, StepError)):
@@ -158,7 +167,8 @@ class StepModel:
         self.sequence = "sequence_batching" in config
         model_dir = Path(args["model_repository"])  # Triton names the model's own folder
         context = StepContext(self.model, str(args.get("model_version", "")), config,
-                              Repository(model_dir.parent), bls_infer, model_dir=model_dir)
+                              Repository(model_dir.parent), bls_infer, model_dir=model_dir,
+                              is_ready=is_ready)
         self.step = resolve(self.step_factory)(context)
 
     def execute(self, requests: list) -> list:

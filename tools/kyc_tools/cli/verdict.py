@@ -5,9 +5,13 @@
 ``KYC_TOKEN_KEY_FILE``, else the file ``kyc serve`` made): hand it to your backend;
 it cannot sign a verdict nor mint a token.
 
-``kyc verdict check --public-key KEY [REPORT]`` checks a REPORT (a file, or stdin)
-and prints its signed claims: exit 0 when the signature holds, 1 when it does not.
-KEY is the base64 text, or a file holding it (or PEM).
+``kyc verdict check --public-key KEY --application APP [--max-age S] [REPORT]`` checks
+a REPORT (a file, or stdin) as a backend must (kyc.verdict.verify_verdict): the
+signature over the whole report, nothing in it changed, the application APP (``''``:
+the verification named none), issued at most S seconds ago (default 300; 0: any age,
+for an audit); with ``--document FILE --selfie FILE``, that it judged those images.
+It prints the signed report: exit 0 when every check holds, 1 when one does not. KEY
+is the base64 text, or a file holding it (or PEM).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from pathlib import Path
 
 
 def add_verdict_parser(sub: argparse._SubParsersAction) -> None:
+    from kyc.verdict import MAX_AGE_S
+
     verdict = sub.add_parser("verdict", help="the public key of signed verdicts; check one",
                              description=__doc__,
                              formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -30,6 +36,13 @@ def add_verdict_parser(sub: argparse._SubParsersAction) -> None:
                        help="a file holding REPORT's JSON (default: stdin)")
     check.add_argument("--public-key", required=True, metavar="KEY",
                        help="base64 of the 32-byte public key, or a file holding it or PEM")
+    check.add_argument("--application", required=True, metavar="APP",
+                       help="the kyc_application your backend gave this verification "
+                            "('': it gave none)")
+    check.add_argument("--max-age", type=float, default=MAX_AGE_S, metavar="SECONDS",
+                       help=f"the oldest verdict taken (default {MAX_AGE_S:g}; 0: any age)")
+    check.add_argument("--document", type=Path, help="the document image the backend sent")
+    check.add_argument("--selfie", type=Path, help="the selfie the backend sent")
     check.set_defaults(func=cmd_check)
 
 
@@ -59,9 +72,15 @@ def cmd_check(args: argparse.Namespace) -> int:
     key = args.public_key
     if Path(key).is_file():
         key = Path(key).read_text()
+    if (args.document is None) != (args.selfie is None):
+        print("kyc verdict: give both --document and --selfie, or neither", file=sys.stderr)
+        return 2
     try:
         text = args.report.read_text() if args.report else sys.stdin.read()
-        claims = verify_verdict(text, key)
+        images = ((args.document.read_bytes(), args.selfie.read_bytes())
+                  if args.document is not None else None)
+        claims = verify_verdict(text, key, application=args.application or None,
+                                max_age_s=args.max_age or None, images=images)
     except (OSError, ValueError, VerdictError) as exc:
         print(f"kyc verdict: {exc}", file=sys.stderr)
         return 1

@@ -230,19 +230,23 @@ def render_document(identity: Identity, kind: DocumentKind = "td1",
                     photo: np.ndarray | None = None, degrade: Degradation | None = None,
                     rng: np.random.Generator | None = None, *,
                     mrz_lines: list[str] | None = None,
-                    today: date | None = None) -> RenderedDocument:
+                    today: date | None = None, printed: bool = True) -> RenderedDocument:
     """The document of `identity` (RGB `photo` in the portrait area), photographed when
     `degrade` is given; `mrz_lines` prints another MRZ (a forgery) instead of its own.
-    `today` is for reading the printed MRZ into `fields` (the century of its dates)."""
+    `today` is for reading the printed MRZ into `fields` (the century of its dates).
+    `printed` False leaves out every printed text but the MRZ (the header and the visual
+    zone): a forger's page that only an MRZ vouches for."""
     require_fonts()
     rng = rng if rng is not None else np.random.default_rng(0)
     layout = LAYOUTS[kind]
     lines = list(mrz_lines) if mrz_lines is not None else printed_mrz(identity, kind)
     canvas = _background(layout, rng)
     draw = ImageDraw.Draw(canvas)
-    _draw_header(draw, layout, identity)
+    if printed:
+        _draw_header(draw, layout, identity)
     canvas.paste(Image.fromarray(_portrait(photo, layout)), layout.photo[:2])
-    _draw_visual_zone(draw, layout, identity, kind)
+    if printed:
+        _draw_visual_zone(draw, layout, identity, kind)
     _draw_signature(draw, layout, rng)
     _draw_mrz(draw, layout, lines)
     image = np.asarray(canvas.convert("RGB"))
