@@ -179,3 +179,29 @@ def test_open_liveness_sessions_end_live_across_a_publish(live, model):
         assert outcome.is_live, outcome.status.get("reasons")
     # once its sessions are over, the old version is unloaded
     wait_state(server, model, str(current), "UNAVAILABLE")
+
+
+def test_a_token_spent_before_kyc_decision_is_republished_stays_spent(live):
+    """The ledger of spent tokens outlives a reload of kyc_decision (kyc.decision.ledger:
+    a folder of the server's in /dev/shm), and the verdict names the version that served
+    it, not the newest on disk."""
+    from kyc_customers import document, token_of, verify
+
+    repo, server, _ = live
+    photos = fetch_test_photos()
+    client = grpcclient.InferenceServerClient(server.options.grpc_url)
+    selfie = photos["person_a_2"].read_bytes()
+    try:
+        token = token_of(server, client, photos, "person_a_2", application="app-7")
+        first = verify(client, document(photos, 11), selfie, token, application="app-7")
+        assert first["reasons"] == ["liveness_without_passive_pad"], first
+        current = first["models"]["kyc_decision"]
+        published = kyc_publish(repo, "kyc_decision", SHIPPED_REPOSITORY / "kyc_decision" / "1")
+        assert published.returncode == 0, published.stderr
+        wait_state(server, "kyc_decision", str(current + 1), "READY")
+        wait_state(server, "kyc_decision", str(current), "UNAVAILABLE")
+        again = verify(client, document(photos, 12), selfie, token, application="app-7")
+    finally:
+        client.close()
+    assert again["decision"] == "reject" and again["reasons"] == ["liveness_token_reused"], again
+    assert again["models"]["kyc_decision"] == current + 1
