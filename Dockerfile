@@ -1,7 +1,7 @@
 # Production image: Triton 2.51.0 (NGC 24.10) serving model_repository/ on GPU.
 #   make image       (make wheelhouse, then docker build --network none -t kyc-triton:latest .)
 #   docker run --gpus all --shm-size=1g -p 8000-8002:8000-8002 -e KYC_ADMIN_KEY=... \
-#       -e KYC_TOKEN_KEY=... kyc-triton
+#       -e KYC_TOKEN_KEY=... -e KYC_CLIENT_KEY=... kyc-triton
 # The Python backend moves tensors through /dev/shm: Docker's default 64 MB is
 # too small for batched images, hence --shm-size (1 GB is ample for the defaults).
 #
@@ -53,7 +53,9 @@ COPY --from=build /src/model_repository /models
 ENV PATH=/opt/kyc/bin:${PATH} \
     KYC_TRITON_HOME=/opt/tritonserver
 # Production mode: refuses to start without KYC_ADMIN_KEY (>= 16 characters: it
-# unlocks the model-repository, shared-memory, trace and logging APIs) and a token key.
+# unlocks the model-repository, shared-memory, trace and logging APIs), a token key and
+# KYC_CLIENT_KEY (every inference call carries it; `--open-inference` after the image
+# name lets every caller infer instead).
 ENV KYC_PRODUCTION=1
 # uid 1000 is the image's unprivileged triton-server user.
 USER 1000:1000

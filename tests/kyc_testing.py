@@ -164,8 +164,13 @@ def require_weights() -> None:
         pytest.fail(f"model weights missing for {', '.join(missing)}: run `make setup`")
 
 
-def start_server(repository: Path, log_file: Path, **options) -> TritonServer:
-    server = TritonServer(ServerOptions.on_free_ports(repository, **options), log_file=log_file)
+def start_server(repository: Path, log_file: Path, *, open_inference: bool = True,
+                 **options) -> TritonServer:
+    """A server on free loopback ports, ready. Inference open by name unless told: the
+    tests' raw tritonclient calls carry no client key (test_serve_cli.py and
+    test_readme.py test servers that need it)."""
+    server = TritonServer(ServerOptions.on_free_ports(repository, open_inference=open_inference,
+                                                      **options), log_file=log_file)
     return start_until_ready(server, timeout_s=180, stop_grace_s=5, tail_chars=4000)
 
 

@@ -1,7 +1,8 @@
 """The production image, for real: kyc-triton:cpu (the repository's Dockerfile built by
 `make image-cpu` on the CPU stand-in base) run in a real Docker engine as users run it,
 `docker run --network host --shm-size=1g -e KYC_ADMIN_KEY=... -e KYC_TOKEN_KEY=...
-kyc-triton:cpu [kyc serve options]`, on free loopback ports.
+-e KYC_CLIENT_KEY=... kyc-triton:cpu [kyc serve options]`, on free loopback ports; the
+clients here send the client key as the operator's would (KYC_CLIENT_KEY).
 
 `make test` builds the image first and sets KYC_IMAGE_TESTS=required, so that a missing
 image or engine fails here; a plain `pytest` without them skips this module.
@@ -24,6 +25,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -32,6 +34,7 @@ import tritonclient.grpc as grpcclient
 from kyc_customers import document, token_of, verify
 from kyc_testing import SHIPPED_REPOSITORY, ensemble_inputs
 from kyc_tools.assets.fetch import fetch_test_photos
+from kyc_tools.channel import CLIENT_KEY_ENV, CLIENT_KEY_HEADER
 from kyc_tools.cli import main
 from kyc_tools.runtime.server import ServerOptions, free_port, is_ready, repository_index
 from kyc_tools.synthetic.document import random_identity
@@ -44,6 +47,29 @@ STOP_GRACE_S = 30  # docker stop -t: past it Docker kills (exit code 137)
 # README's production run and deploy/kubernetes: read-only, no capabilities, uid 1000
 HARDENED = ("--read-only", "--tmpfs", "/tmp", "--cap-drop", "ALL",
             "--security-opt", "no-new-privileges", "--user", "1000:1000")
+# The containers' client key (production refuses to start without one); the SDK, kyc
+# verify and kyc web of these tests read it from KYC_CLIENT_KEY, as an operator's do.
+CLIENT_KEY = secrets.token_hex(24)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def client_key_here():
+    with mock.patch.dict(os.environ, {CLIENT_KEY_ENV: CLIENT_KEY}):
+        yield CLIENT_KEY
+
+
+class KeyedClient:
+    """A gRPC client of a container that sends the client key with every inference call,
+    as the operator's backend does; the rest as tritonclient's."""
+
+    def __init__(self, url: str) -> None:
+        self.raw = grpcclient.InferenceServerClient(url)
+
+    def infer(self, *args, **kwargs):
+        return self.raw.infer(*args, headers={CLIENT_KEY_HEADER: CLIENT_KEY}, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self.raw, name)
 
 
 def docker(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
@@ -90,7 +116,7 @@ def running(*docker_options: str) -> Iterator[SimpleNamespace]:
     started = time.monotonic()
     docker("run", "-d", "--name", name, "--network", "host", "--shm-size=1g",
            "-e", f"KYC_ADMIN_KEY={admin_key}", "-e", f"KYC_TOKEN_KEY={token_key()}",
-           *docker_options,
+           "-e", f"KYC_CLIENT_KEY={CLIENT_KEY}", *docker_options,
            IMAGE, "--http-port", str(options.http_port), "--grpc-port", str(options.grpc_port),
            "--metrics-port", str(options.metrics_port), "--host", options.address,
            "--status-port", str(status_port))
@@ -105,7 +131,7 @@ def running(*docker_options: str) -> Iterator[SimpleNamespace]:
             time.sleep(0.5)
         print(f"\n{IMAGE} {' '.join(docker_options)}: ready "
               f"{time.monotonic() - started:.1f} s after docker run")
-        grpc = grpcclient.InferenceServerClient(options.grpc_url)
+        grpc = KeyedClient(options.grpc_url)
         yield SimpleNamespace(name=name, options=options, admin_key=admin_key, client=grpc,
                               status_port=status_port, sent={"text": [], "images": []})
         grpc.close()
@@ -153,7 +179,18 @@ def test_the_model_repository_api_refuses_a_request_without_the_admin_key(contai
     assert http(f"{base}/v2/repository/index", "POST") == 403
     assert http(f"{base}/v2/repository/index", "POST", key="wrong-" + container.admin_key) == 403
     assert http(f"{base}/v2/repository/index", "POST", key=container.admin_key) == 200
-    assert http(f"{base}/v2/health/ready") == 200  # health and inference stay open
+    assert http(f"{base}/v2/health/ready") == 200  # health stays open
+
+
+def test_inference_answers_only_calls_carrying_the_client_key(container, photos):
+    inputs = ensemble_inputs(sent_document(container, photos, 7),
+                             photos["person_a_2"].read_bytes())
+    with pytest.raises(Exception) as refused:
+        container.client.raw.infer("kyc_ensemble", inputs)
+    assert "UNAVAILABLE" in str(refused.value.status())
+    assert "expecting header 'triton-grpc-protocol-kyc-client-key'" in refused.value.message()
+    assert verify(container.client, sent_document(container, photos, 8),
+                  photos["person_a_2"].read_bytes())["decision"] == "review"
 
 
 def test_kyc_ensemble_reviews_and_rejects_as_on_the_local_server(
@@ -283,7 +320,7 @@ def test_no_personal_data_in_docker_logs(container):
         assert magic not in raw
     for image in container.sent["images"]:
         assert image[200:224].hex().encode() not in raw
-    assert container.admin_key not in text
+    assert container.admin_key not in text and CLIENT_KEY not in text
 
 
 @pytest.fixture(scope="module")
@@ -302,13 +339,17 @@ def test_it_serves_read_only_without_capabilities_as_the_kubernetes_pods_run_it(
     assert report["decision"] == "review" and report["reasons"] == ["liveness_missing"]
 
 
-def test_without_kyc_admin_key_the_image_exits_at_once_naming_it():
+@pytest.mark.parametrize("missing", ["KYC_ADMIN_KEY", CLIENT_KEY_ENV])
+def test_without_kyc_admin_key_or_kyc_client_key_the_image_exits_at_once_naming_it(missing):
     require_image()
-    result = docker("run", "--rm", "--network", "none", "-e",
-                    f"KYC_TOKEN_KEY={token_key()}", IMAGE, check=False, timeout=60)
+    keys = {"KYC_ADMIN_KEY": secrets.token_urlsafe(24), CLIENT_KEY_ENV: CLIENT_KEY}
+    given = [arg for name, value in keys.items() if name != missing
+             for arg in ("-e", f"{name}={value}")]
+    result = docker("run", "--rm", "--network", "none", "-e", f"KYC_TOKEN_KEY={token_key()}",
+                    *given, IMAGE, check=False, timeout=60)
 
     assert result.returncode != 0
-    assert "KYC_ADMIN_KEY" in result.stderr
+    assert f"set {missing}" in result.stderr
     assert "READY" not in result.stdout + result.stderr
 
 
@@ -319,6 +360,7 @@ def test_the_image_serves_the_capture_page_read_only_as_deploy_web_runs_it(stric
     name = f"kyc-web-{uuid.uuid4().hex[:8]}"
     docker("run", "-d", "--name", name, "--network", "host", "--read-only", "--tmpfs", "/tmp",
            "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--entrypoint", "kyc",
+           "-e", f"KYC_CLIENT_KEY={CLIENT_KEY}",
            IMAGE, "web", "--url", strict.options.grpc_url, "--port", str(port))
     try:
         page = f"http://127.0.0.1:{port}/"

@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import re
+import secrets
+from unittest import mock
 
 import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
 
-from kyc_testing import PROJECT_ROOT
+from kyc_testing import PROJECT_ROOT, start_server
 from kyc_tools.assets import fetch
+from kyc_tools.channel import CLIENT_KEY_ENV
 
 pytestmark = pytest.mark.integration
 
@@ -19,6 +25,34 @@ pytestmark = pytest.mark.integration
 CLIENT = "docs/client.md"
 LIVENESS = "docs/liveness.md"
 LIVENESS_SESSION = "Streaming a session (for app developers)"
+
+
+@pytest.fixture(scope="module")
+def server(served_repository, tmp_path_factory):
+    """A server whose inference needs the client key, as `kyc serve` starts one; the
+    snippets, run as written, find the key as a reader's would (here in KYC_CLIENT_KEY)."""
+    with mock.patch.dict(os.environ, {CLIENT_KEY_ENV: secrets.token_hex(24)}):
+        keyed = start_server(served_repository,
+                             tmp_path_factory.mktemp("keyed") / "tritonserver.log",
+                             open_inference=False)
+        try:
+            yield keyed
+        finally:
+            keyed.stop()
+
+
+def test_the_snippets_server_refuses_a_call_without_the_key(server):
+    """What the raw snippets would get without the key they send."""
+    import numpy as np
+
+    image = grpcclient.InferInput("IMAGE", [1, 1], "BYTES")
+    image.set_data_from_numpy(np.array([[b"not an image"]], dtype=object))
+    client = grpcclient.InferenceServerClient(server.options.grpc_url)
+    try:
+        with pytest.raises(InferenceServerException, match="kyc-client-key"):
+            client.infer("face_preprocess", [image])
+    finally:
+        client.close()
 
 
 def readme_snippet(heading: str, index: int = 0, page: str = "README.md") -> str:

@@ -20,10 +20,19 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from kyc.liveness.token import create_key_file
-from kyc_testing import KYC, ServeProcess, build_tiny_repository, write_echo_version
+from kyc_testing import (
+    KYC,
+    SHIPPED_REPOSITORY,
+    ServeProcess,
+    build_tiny_repository,
+    require_weights,
+    write_echo_version,
+)
 from kyc_tools.channel import CLIENT_KEY_ENV, CLIENT_KEY_HEADER, as_channel
+from kyc_tools.cli import main
 from kyc_tools.runtime.procs import children, is_running, stub_instance
 from kyc_tools.runtime.server import free_port, is_ready
+from kyc_tools.synthetic.liveness import encode
 
 pytestmark = pytest.mark.integration
 
@@ -182,20 +191,24 @@ def test_serve_refuses_to_start_when_a_model_has_no_sound_version(repository, tm
 
 # -- production mode -------------------------------------------------------------------
 ADMIN_KEY = "a-long-enough-admin-key-1234"
+CLIENT_KEY = "a-client-key-of-24-chars"
 
 
 @pytest.fixture
 def keys(tmp_path):
-    """The environment of a production server: an admin key and a token key file."""
+    """The environment of a production server: an admin key, a token key file and a client
+    key; no key file of this machine's (a folder of its own)."""
     token_file = create_key_file(tmp_path / "token.key")
     env = {k: v for k, v in os.environ.items() if not k.startswith("KYC_")}
-    return {**env, "KYC_ADMIN_KEY": ADMIN_KEY, "KYC_TOKEN_KEY_FILE": str(token_file)}
+    return {**env, "KYC_ADMIN_KEY": ADMIN_KEY, "KYC_TOKEN_KEY_FILE": str(token_file),
+            CLIENT_KEY_ENV: CLIENT_KEY, "XDG_CONFIG_HOME": str(tmp_path / "config")}
 
 
 @pytest.mark.parametrize(("drop", "override", "message"), [
     ("KYC_ADMIN_KEY", {}, "no model-repository API key"),
     (None, {"KYC_ADMIN_KEY": "short"}, "shorter than 16 characters"),
     ("KYC_TOKEN_KEY_FILE", {}, "no liveness token key"),
+    (CLIENT_KEY_ENV, {}, "no client key: set KYC_CLIENT_KEY"),
 ])
 def test_production_refuses_to_start_without_each_key(repository, keys, drop, override, message):
     env = {k: v for k, v in {**keys, **override}.items() if k != drop}
@@ -248,10 +261,7 @@ def test_production_locks_repository_and_shared_memory_apis_and_serves_inference
             assert client.get_system_shared_memory_status(
                 headers={"triton-grpc-protocol-admin-key": ADMIN_KEY}) \
                 is not None
-            values = grpcclient.InferInput("VALUES", [1, 2], "FP32")
-            values.set_data_from_numpy(np.array([[1.0, 2.0]], np.float32))
-            result = client.infer("pipe", [values])  # inference needs no key
-            assert result.as_numpy("RESULT").tolist() == [[2.0, 4.0]]
+            assert _infer_pipe(client, headers={CLIENT_KEY_HEADER: CLIENT_KEY}) == [[2.0, 4.0]]
         finally:
             client.close()
         assert _http(base + "/health/ready") == 200
@@ -277,9 +287,6 @@ def test_development_locks_shared_memory_trace_and_logging_with_a_key_file_only_
         assert _http(base + "/models/echo/ready") == 200  # tools that only infer: unchanged
     finally:
         process.close()
-
-
-CLIENT_KEY = "a-client-key-of-24-chars"
 
 
 def _infer_pipe(client, **kwargs) -> list:
@@ -320,6 +327,81 @@ def test_a_client_key_locks_inference_of_every_model_and_nothing_else(repository
         assert _http(f"http://{process.http_url}/v2/health/ready") == 200  # probes: no key
     finally:
         process.close()
+
+
+# What tritonserver 2.51 answers a gRPC inference call without the client key (measured;
+# the same with a wrong key): UNAVAILABLE, as it answers a request shed under overload.
+NO_KEY = "This protocol is restricted, expecting header 'triton-grpc-protocol-kyc-client-key'"
+
+
+def _newcomer(tmp_path: Path, home: str) -> dict[str, str]:
+    """The environment of someone who sets nothing: no KYC_ variable, a config folder of
+    its own (``~/.config`` stands for ``home``)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KYC_")}
+    return {**env, "XDG_CONFIG_HOME": str(tmp_path / home)}
+
+
+def _intake_without_a_key(grpc_url: str) -> InferenceServerException:
+    """The attack: kyc_intake called straight, a good image and no key (it took an
+    admission place, and a seal, from a newcomer's server before)."""
+    image = np.full((64, 64, 3), 128, np.uint8)
+    document = grpcclient.InferInput("DOCUMENT_IMAGE", [1, 1], "BYTES")
+    document.set_data_from_numpy(np.array([[encode(image, 90)]], dtype=object))
+    client = grpcclient.InferenceServerClient(grpc_url)
+    try:
+        with pytest.raises(InferenceServerException) as refused:
+            client.infer("kyc_intake", [document])
+    finally:
+        client.close()
+    return refused.value
+
+
+def test_a_newcomers_kyc_serve_refuses_inference_without_the_key_its_clients_find(tmp_path):
+    """`make serve` then `kyc verify`, as the README's quick start runs them, with nothing
+    set: the second finds the key the first made; a call without it is refused before any
+    model runs, and the SDK says why instead of retrying."""
+    require_weights()
+    assert main(["samples", "--out", str(tmp_path / "samples")]) == 0
+    process = ServeProcess(SHIPPED_REPOSITORY, tmp_path, env=_newcomer(tmp_path, "config"))
+    try:
+        line = process.wait_for_line("inference ", timeout=300)
+        key_file = tmp_path / "config" / "kyc" / "client.key"
+        assert f"needs the client key (kyc-client-key header), from {key_file}" in line
+        assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+        key = key_file.read_text().strip()
+        process.wait_for_line("Press Ctrl-C")
+        grpc_url = f"127.0.0.1:{process.ports['grpc']}"
+        refused = _intake_without_a_key(grpc_url)
+        assert (str(refused.status()), refused.message()) == ("StatusCode.UNAVAILABLE", NO_KEY)
+        runs = {home: subprocess.run(
+            [*KYC, "verify", "--url", grpc_url, "--document", str(tmp_path / "samples" /
+             "document.jpg"), "--selfie", str(tmp_path / "samples" / "selfie.jpg")],
+            env=_newcomer(tmp_path, home), capture_output=True, text=True, timeout=300)
+            for home in ("config", "elsewhere")}
+    finally:
+        process.close()
+    assert runs["config"].returncode == 3, runs["config"].stderr  # review: no liveness
+    assert runs["elsewhere"].returncode == 1
+    assert "KycAuthError: the server needs its client key" in runs["elsewhere"].stderr
+    assert key not in "".join(process.out) + process.proc.stderr.read()  # where, never what
+
+
+def test_production_opened_by_name_serves_inference_without_a_key_and_says_so(
+    repository, tmp_path, keys
+):
+    env = {k: v for k, v in keys.items() if k != CLIENT_KEY_ENV}
+    process = ServeProcess(repository, tmp_path, "--production", "--open-inference", env=env)
+    try:
+        line = process.wait_for_line("inference ")
+        assert "open to every caller (--open-inference): the operator's choice" in line
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{process.ports['grpc']}")
+        try:
+            assert _infer_pipe(client) == [[2.0, 4.0]]
+        finally:
+            client.close()
+    finally:
+        process.close()
+    assert not (tmp_path / "config" / "kyc" / "client.key").exists()
 
 
 @pytest.mark.parametrize("key", ["short-key", "a-key-that-is-long=enough"])

@@ -10,6 +10,7 @@ from tritonclient.utils import InferenceServerException
 from kyc_tools.client import (
     NO_RETRY,
     AsyncKycClient,
+    KycAuthError,
     KycClient,
     KycInputError,
     KycServerError,
@@ -24,6 +25,11 @@ SHED = InferenceServerException("Request timeout expired", status="StatusCode.UN
 BAD = InferenceServerException("IMAGE: not an image", status="StatusCode.INVALID_ARGUMENT")
 LATE = InferenceServerException("Deadline Exceeded", status="StatusCode.DEADLINE_EXCEEDED")
 BROKEN = InferenceServerException("ocr_postprocess failed", status="StatusCode.INTERNAL")
+# What tritonserver 2.51 answers a gRPC call without the client key (measured: the same
+# for a wrong key): UNAVAILABLE, as for a request shed under overload.
+NO_KEY = InferenceServerException(
+    "This protocol is restricted, expecting header 'triton-grpc-protocol-kyc-client-key'",
+    status="StatusCode.UNAVAILABLE")
 
 
 class FakeResult:
@@ -88,6 +94,31 @@ def test_bad_input_timeouts_and_internal_errors_are_never_retried(error, raised)
     transport = FakeTransport(error)
     with pytest.raises(raised):
         client_with(transport).find_face(b"jpeg")
+    assert transport.calls == 1
+
+
+@pytest.mark.parametrize("policy", [QUICK, RetryPolicy(attempts=100, deadline_s=None)])
+def test_a_call_without_the_client_key_is_never_retried_and_says_where_the_key_is(policy):
+    transport = FakeTransport(NO_KEY, NO_KEY)
+    with pytest.raises(KycAuthError) as refused:
+        client_with(transport, policy).find_face(b"jpeg")
+    assert transport.calls == 1
+    message = str(refused.value)
+    assert "KYC_CLIENT_KEY" in message and "client.key" in message and "kyc-client-key" in message
+    assert not isinstance(refused.value, KycUnavailableError)  # never taken for a shed
+
+
+def test_the_async_client_does_not_retry_a_call_without_the_client_key_either():
+    transport = AsyncFakeTransport(NO_KEY, NO_KEY)
+
+    async def run():
+        client = AsyncKycClient("127.0.0.1:1", retry=QUICK)
+        await client._client.close()
+        client._client = transport
+        with pytest.raises(KycAuthError):
+            await client.verify(b"doc", b"selfie")
+
+    asyncio.run(run())
     assert transport.calls == 1
 
 

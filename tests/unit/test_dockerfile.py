@@ -182,11 +182,11 @@ def test_the_docs_cpu_run_line_is_the_one_the_image_tests_run():
     assert run[:2] == ["docker", "run"]
     assert {"--network", "host", "--shm-size=1g", "kyc-triton:cpu"} <= set(run)
     assert [run[i + 1].split("=")[0] for i, a in enumerate(run) if a == "-e"] == [
-        "KYC_ADMIN_KEY", "KYC_TOKEN_KEY"]
+        "KYC_ADMIN_KEY", "KYC_TOKEN_KEY", "KYC_CLIENT_KEY"]
     tests = (PROJECT_ROOT / "tests" / "integration" / "test_image.py").read_text()
     for option in ('"--network", "host", "--shm-size=1g"', '"-e", f"KYC_ADMIN_KEY=',
-                   '"-e", f"KYC_TOKEN_KEY=', "--http-port", "--grpc-port", "--metrics-port",
-                   '"--host", options.address'):
+                   '"-e", f"KYC_TOKEN_KEY=', '"-e", f"KYC_CLIENT_KEY=', "--http-port",
+                   "--grpc-port", "--metrics-port", '"--host", options.address'):
         assert option in tests, option
     # the host's network: only loopback, as on_free_ports gives the tests
     assert run[run.index("--host") + 1] == "127.0.0.1"
@@ -197,6 +197,10 @@ def test_the_readmes_production_run_publishes_on_loopback_hardened_as_the_image_
     block = readme.split("### 1. One image:", 1)[1].split("```", 2)[1].replace("\\\n", " ")
     run = shlex.split(next(line for line in block.splitlines() if "docker run" in line))
     assert run[run.index("-p") + 1] == "127.0.0.1:8000-8003:8000-8003"
+    # every key production requires (the client key from the line before, as clients read it)
+    assert [run[i + 1].split("=")[0] for i, a in enumerate(run) if a == "-e"] == [
+        "KYC_ADMIN_KEY", "KYC_TOKEN_KEY", "KYC_CLIENT_KEY"]
+    assert 'export KYC_CLIENT_KEY="$(openssl rand -hex 24)"' in block
     tests = (PROJECT_ROOT / "tests" / "integration" / "test_image.py").read_text()
     flags = list(ast.literal_eval(re.search(r"^HARDENED = (\(.*?\))$", tests, re.M | re.S)[1]))
     assert " ".join(flags) in " ".join(run), "README runs the image as test_image.py does"

@@ -10,14 +10,18 @@ from pathlib import Path
 
 import pytest
 
+from kyc_tools.channel import CLIENT_KEY_ENV, client_key, default_client_key_file
 from kyc_tools.runtime.server import (
+    InferenceLock,
     ServerError,
     ServerOptions,
     TritonServer,
     client_key_problems,
     default_admin_key_file,
     development_admin_key,
+    development_client_key,
     free_ports,
+    inference_lock,
     production_problems,
     remove_shm_regions,
     remove_stale_live_copies,
@@ -30,6 +34,15 @@ from kyc_tools.runtime.triton import STUB_NAME, assemble_backends, find_wheel_tr
 @pytest.fixture
 def assembled(tmp_path):
     return assemble_backends(tmp_path / "backends")
+
+
+@pytest.fixture(autouse=True)
+def config_home(tmp_path, monkeypatch):
+    """Keys made by a server of these tests go to a folder of their own, and no client key
+    comes from the environment."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv(CLIENT_KEY_ENV, raising=False)
+    return tmp_path / "config"
 
 
 def test_assembled_backends_hold_the_python_backend_with_the_stub_of_this_python(assembled):
@@ -91,7 +104,7 @@ def test_command_line_runs_poll_mode_on_the_chosen_ports_with_a_locked_repositor
 
 def test_without_an_admin_key_the_repository_api_is_locked_by_a_random_key(assembled, tmp_path):
     def key_of(cmd):
-        (arg,) = [a for a in cmd if a.startswith("--http-restricted-api=")]
+        (arg,) = [a for a in cmd if a.startswith("--http-restricted-api=model-repository")]
         return arg.rsplit("=", 1)[1]
 
     first, second = TritonServer(ServerOptions(tmp_path)), TritonServer(ServerOptions(tmp_path))
@@ -160,7 +173,8 @@ def test_python_models_are_precompiled_before_the_server_sees_them(tmp_path):
 def test_shared_memory_trace_and_logging_apis_need_the_admin_key_in_every_mode(
     assembled, tmp_path, production
 ):
-    server = TritonServer(ServerOptions(tmp_path, admin_key="k" * 20, production=production))
+    server = TritonServer(ServerOptions(tmp_path, admin_key="k" * 20, client_key="c" * 20,
+                                        production=production))
     server.install = assembled
     apis = "model-repository,shared-memory,trace,logging"
     cmd = server.command()
@@ -169,19 +183,55 @@ def test_shared_memory_trace_and_logging_apis_need_the_admin_key_in_every_mode(
     assert "inference" not in apis and "health" not in apis
 
 
+def _inference_args(server: TritonServer, assembled) -> list[str]:
+    server.install = assembled
+    return [arg for arg in server.command() if "kyc-client-key" in arg]
+
+
 def test_a_client_key_locks_inference_under_its_own_key_and_is_checked_before_use(
     assembled, tmp_path
 ):
     server = TritonServer(ServerOptions(tmp_path, admin_key="k" * 20, client_key="c" * 20))
-    server.install = assembled
-    cmd = server.command()
-    assert f"--http-restricted-api=inference:kyc-client-key={'c' * 20}" in cmd
-    assert f"--grpc-restricted-protocol=inference:kyc-client-key={'c' * 20}" in cmd
-    unlocked = TritonServer(ServerOptions(tmp_path, admin_key="k" * 20))
-    unlocked.install = assembled
-    assert not any("inference" in arg for arg in unlocked.command())
+    assert _inference_args(server, assembled) == [
+        f"--http-restricted-api=inference:kyc-client-key={'c' * 20}",
+        f"--grpc-restricted-protocol=inference:kyc-client-key={'c' * 20}"]
     assert client_key_problems(None) == client_key_problems("Ab0._~+/-" * 2) == []
     assert len(client_key_problems("short=")) == 2
+    with pytest.raises(ServerError, match=CLIENT_KEY_ENV):
+        inference_lock(ServerOptions(tmp_path, client_key="short="))
+
+
+def test_without_a_key_inference_is_locked_by_the_key_file_this_machines_clients_read(
+    assembled, tmp_path, config_home, monkeypatch
+):
+    server = TritonServer(ServerOptions(tmp_path, admin_key="k" * 20))
+    key_file = config_home / "kyc" / "client.key"
+    assert server.inference_lock.origin == str(key_file) == str(default_client_key_file())
+    key = key_file.read_text().strip()
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert len(key) >= 32 and client_key_problems(key) == [] and client_key() == key
+    assert f"--grpc-restricted-protocol=inference:kyc-client-key={key}" in _inference_args(
+        server, assembled)
+    assert development_client_key() == key  # made once, then read
+    monkeypatch.setenv(CLIENT_KEY_ENV, " " + "e" * 20)  # the variable first, on both sides
+    assert inference_lock(ServerOptions(tmp_path)) == InferenceLock("e" * 20, "$KYC_CLIENT_KEY")
+    assert client_key() == "e" * 20
+
+
+def test_inference_is_open_only_when_the_caller_says_so_by_name(assembled, tmp_path,
+                                                                 config_home):
+    opened = TritonServer(ServerOptions(tmp_path, open_inference=True, client_key="c" * 20))
+    assert _inference_args(opened, assembled) == []
+    assert "--open-inference" in opened.inference_lock.origin
+    assert not (config_home / "kyc" / "client.key").exists()  # nothing made for it
+
+
+def test_production_never_falls_back_to_a_key_file(tmp_path, config_home):
+    with pytest.raises(ServerError, match="no client key: set KYC_CLIENT_KEY"):
+        inference_lock(ServerOptions(tmp_path, production=True))
+    assert not (config_home / "kyc" / "client.key").exists()
+    assert inference_lock(ServerOptions(tmp_path, production=True, open_inference=True)).key \
+        is None
 
 
 def test_the_development_admin_key_is_made_once_in_a_file_only_its_owner_reads(
@@ -206,18 +256,23 @@ def test_every_port_listens_on_loopback_unless_another_address_is_given(assemble
     assert build_parser().parse_args(["serve", "--host", "0.0.0.0"]).address == "0.0.0.0"
 
 
+CLIENT = {CLIENT_KEY_ENV: "c" * 16}
+
+
 @pytest.mark.parametrize(("admin_key", "env", "problems"), [
-    ("k" * 16, {"KYC_TOKEN_KEY": "x"}, []),
-    ("k" * 16, {"KYC_TOKEN_KEY_FILE": "/run/secrets/token"}, []),
-    (None, {"KYC_TOKEN_KEY": "x"}, ["no model-repository API key"]),
-    ("short", {"KYC_TOKEN_KEY": "x"}, ["shorter than 16"]),
-    ("k" * 16, {}, ["no liveness token key"]),
-    (None, {}, ["no model-repository API key", "no liveness token key"]),
+    ("k" * 16, {"KYC_TOKEN_KEY": "x", **CLIENT}, []),
+    ("k" * 16, {"KYC_TOKEN_KEY_FILE": "/run/secrets/token", **CLIENT}, []),
+    (None, {"KYC_TOKEN_KEY": "x", **CLIENT}, ["no model-repository API key"]),
+    ("short", {"KYC_TOKEN_KEY": "x", **CLIENT}, ["shorter than 16"]),
+    ("k" * 16, CLIENT, ["no liveness token key"]),
+    ("k" * 16, {"KYC_TOKEN_KEY": "x"}, ["no client key: set KYC_CLIENT_KEY"]),
+    (None, {}, ["no model-repository API key", "no liveness token key", "no client key"]),
 ])
-def test_production_refuses_a_missing_or_short_admin_key_and_a_missing_token_key(
+def test_production_refuses_a_missing_or_short_admin_key_a_missing_token_key_or_client_key(
     admin_key, env, problems
 ):
     found = production_problems(admin_key, env)
+    assert production_problems("k" * 16, {"KYC_TOKEN_KEY": "x"}, open_inference=True) == []
     assert len(found) == len(problems)
     for line, expected in zip(found, problems, strict=True):
         assert expected in line

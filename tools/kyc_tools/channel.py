@@ -5,11 +5,13 @@ both: ``ssl`` with the ingress's CA (``root_certificates``, a PEM file) and, say
 ``authorization`` header. The SDK, the liveness streams and ``kyc verify`` take a
 :class:`Channel` wherever they take a ``host:port``.
 
-A server started with a client key (``KYC_CLIENT_KEY``, ``kyc serve``) answers
-inference only to calls that carry it: gRPC metadata
+``kyc serve`` answers inference only to calls that carry its client key (unless its
+operator started it with ``--open-inference``): gRPC metadata
 ``triton-grpc-protocol-kyc-client-key`` (Triton prefixes its restricted protocols'
-keys so), HTTP header ``kyc-client-key``. A plain ``host:port`` carries the key of
-this process's ``KYC_CLIENT_KEY`` when it is set.
+keys so), HTTP header ``kyc-client-key``. A plain ``host:port`` carries the key that
+:func:`client_key` finds on this machine: ``KYC_CLIENT_KEY`` when set, else the key file
+``kyc serve`` writes on first start (``~/.config/kyc/client.key``), so that a client on
+the same machine as ``make serve`` needs no setting.
 """
 
 from __future__ import annotations
@@ -48,17 +50,42 @@ CLIENT_KEY_NAME = "kyc-client-key"
 CLIENT_KEY_HEADER = f"triton-grpc-protocol-{CLIENT_KEY_NAME}"
 
 
-def client_key_headers(env: Mapping[str, str] = os.environ) -> tuple[tuple[str, str], ...]:
-    """The client key header when ``KYC_CLIENT_KEY`` is set, else none."""
+def key_folder(env: Mapping[str, str] = os.environ) -> Path:
+    """Where ``kyc serve`` keeps the keys it makes: ``$XDG_CONFIG_HOME/kyc``
+    (``~/.config/kyc``)."""
+    return Path(env.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "kyc"
+
+
+def default_client_key_file(env: Mapping[str, str] = os.environ) -> Path:
+    """The client key ``kyc serve`` makes on first start when ``KYC_CLIENT_KEY`` is unset
+    (``~/.config/kyc/client.key``, readable by its owner only)."""
+    return key_folder(env) / "client.key"
+
+
+def client_key(env: Mapping[str, str] = os.environ) -> str | None:
+    """The client key this machine's clients send: ``KYC_CLIENT_KEY`` when set, else the
+    key file ``kyc serve`` made (:func:`default_client_key_file`), else None."""
     key = env.get(CLIENT_KEY_ENV, "").strip()
-    return ((CLIENT_KEY_HEADER, key),) if key else ()
+    if key:
+        return key
+    try:
+        return default_client_key_file(env).read_text(encoding="ascii").strip() or None
+    except (OSError, UnicodeDecodeError, RuntimeError):  # RuntimeError: no home folder
+        return None
+
+
+def client_key_headers(env: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The gRPC metadata carrying :func:`client_key` (``{}`` when there is none), for a
+    raw ``tritonclient`` call: ``client.infer(..., headers=client_key_headers())``."""
+    key = client_key(env)
+    return {CLIENT_KEY_HEADER: key} if key else {}
 
 
 def as_channel(target: str | Channel) -> Channel:
-    """A plain ``host:port`` is a channel without TLS, carrying the client key of
-    ``KYC_CLIENT_KEY`` when it is set."""
-    return target if isinstance(target, Channel) else Channel(target,
-                                                              headers=client_key_headers())
+    """A plain ``host:port`` is a channel without TLS, carrying :func:`client_key`."""
+    if isinstance(target, Channel):
+        return target
+    return Channel(target, headers=tuple(client_key_headers().items()))
 
 
 def parse_header(text: str) -> tuple[str, str]:

@@ -8,7 +8,8 @@
 Images are paths or encoded bytes (JPEG, PNG, WebP). Errors are typed:
 :class:`KycInputError` (the server refused this request's input, e.g. an
 undecodable image), :class:`KycTimeoutError`, :class:`KycUnavailableError` (no
-server, or not ready), :class:`KycServerError` (anything else the server said).
+server, or not ready), :class:`KycAuthError` (the call lacked the server's client key),
+:class:`KycServerError` (anything else the server said).
 
 Retries: ``verify``, ``read_document`` and ``find_face`` are stateless and
 idempotent, so the SDK retries them when the server answers UNAVAILABLE (a request
@@ -17,8 +18,10 @@ ready yet, a connection refused), with
 exponential backoff and jitter, within an overall deadline (:class:`RetryPolicy`;
 ``retry=NO_RETRY`` turns it off). Nothing else is retried: not bad input
 (INVALID_ARGUMENT), not a timeout (the work may still be running), not an internal
-error. A liveness session is NEVER retried: its frames are stateful on the server,
-so a failed session raises and the app must start a new one from START.
+error, not a call without the client key (Triton refuses it with UNAVAILABLE too, and
+it would be refused again: :class:`KycAuthError`). A liveness session is NEVER retried:
+its frames are stateful on the server, so a failed session raises and the app must
+start a new one from START.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kyc_tools.channel import Channel, as_channel
+from kyc_tools.channel import CLIENT_KEY_NAME, Channel, as_channel
 from kyc_tools.liveness_client import (
     CAMERA_FPS,
     MOVE_TRIES,
@@ -74,9 +77,34 @@ class KycServerError(KycError):
     pass
 
 
+class KycAuthError(KycError):
+    """The server answers inference only to calls carrying its client key, and this one
+    carried none or another (kyc_tools.channel). Never retried."""
+
+
+# How Triton 2.51 refuses a call without the key of a restricted protocol: gRPC
+# UNAVAILABLE "This protocol is restricted, expecting header
+# 'triton-grpc-protocol-kyc-client-key'" (HTTP: 403 "This API is restricted, expecting
+# header 'kyc-client-key'").
+_RESTRICTED = "is restricted, expecting header"
+
+
+def _missing_client_key() -> KycAuthError:
+    from kyc_tools.channel import CLIENT_KEY_ENV, default_client_key_file
+
+    return KycAuthError(
+        f"the server needs its client key on every inference call ({CLIENT_KEY_NAME}), and "
+        f"this call carried none or another: set {CLIENT_KEY_ENV} to the key the server was "
+        f"started with (a `kyc serve` on this machine without {CLIENT_KEY_ENV} wrote it to "
+        f"{default_client_key_file()}, where clients here read it), or pass it in a "
+        "Channel's headers")
+
+
 def _translate(exc: Exception) -> KycError:
     status = str(getattr(exc, "status", lambda: "")() or "")
     message = exc.message() if hasattr(exc, "message") else str(exc)
+    if _RESTRICTED in str(message) and CLIENT_KEY_NAME in str(message):
+        return _missing_client_key()
     if "INVALID_ARGUMENT" in status:
         return KycInputError(message)
     if "DEADLINE_EXCEEDED" in status:

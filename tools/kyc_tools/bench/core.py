@@ -67,6 +67,7 @@ from kyc_tools.bench.options import (
     PeerUnavailableError,
 )
 from kyc_tools.bench.stats import model_stats, process_cpu_seconds, server_times, stats_reader
+from kyc_tools.channel import as_channel
 from kyc_tools.repo.graph import build_graph, entry_models, step_map
 from kyc_tools.runtime.procs import children, stub_instance
 from kyc_tools.runtime.server import (
@@ -91,7 +92,8 @@ class TensorClient:
 
         self.grpc, self.model, self.input_name = grpcclient, model, input_name
         self.payloads, self.output, self.unit = payloads, output, unit
-        self.client = aioclient.InferenceServerClient(grpc_url)
+        self.channel = as_channel(grpc_url)  # with the client key found here
+        self.client = self.channel.grpc_client(aioclient)
         self.index = offset
 
     async def next(self) -> Mapping[str, int]:
@@ -102,7 +104,8 @@ class TensorClient:
                                       self.grpc.np_to_triton_dtype(array.dtype))
         tensor.set_data_from_numpy(array)
         result = await self.client.infer(self.model, [tensor], client_timeout=CLIENT_TIMEOUT_S,
-                                         outputs=[self.grpc.InferRequestedOutput(self.output)])
+                                         outputs=[self.grpc.InferRequestedOutput(self.output)],
+                                         headers=self.channel.metadata)
         if result.as_numpy(self.output) is None:
             raise BenchError(f"{self.model} answered without {self.output}")
         return {self.unit: 1}

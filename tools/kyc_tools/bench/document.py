@@ -59,8 +59,11 @@ class DocumentClient:
         import tritonclient.grpc as grpcclient
         import tritonclient.grpc.aio as aioclient
 
+        from kyc_tools.channel import as_channel
+
         self.grpc, self.cases, self.index = grpcclient, cases, offset
-        self.client = aioclient.InferenceServerClient(grpc_url)
+        self.channel = as_channel(grpc_url)  # with the client key found here
+        self.client = self.channel.grpc_client(aioclient)
 
     async def next(self) -> Mapping[str, int]:
         import json
@@ -71,7 +74,7 @@ class DocumentClient:
         tensor.set_data_from_numpy(np.array([[case.image]], dtype=np.object_))
         result = await self.client.infer(
             "document_ocr", [tensor], client_timeout=CLIENT_TIMEOUT_S,
-            outputs=[self.grpc.InferRequestedOutput("DOCUMENT")])
+            outputs=[self.grpc.InferRequestedOutput("DOCUMENT")], headers=self.channel.metadata)
         return score(json.loads(result.as_numpy("DOCUMENT")[0, 0]), case)
 
     async def close(self) -> None:

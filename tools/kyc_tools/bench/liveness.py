@@ -65,6 +65,7 @@ from typing import Any
 import numpy as np
 
 from kyc.liveness.challenge import MOVES
+from kyc_tools.channel import as_channel
 from kyc_tools.liveness_client import frame_input
 from kyc_tools.synthetic.liveness import HeadModel, encode, frame_variant, move_pose, move_poses
 
@@ -225,6 +226,7 @@ class LivenessBenchClient:
     def __init__(self, grpc_url: str, library: MoveLibrary, index: int, *,
                  timeout_s: float = CLIENT_TIMEOUT_S) -> None:
         self.grpc_url = grpc_url
+        self.channel = as_channel(grpc_url)  # with the client key found here
         self.library = library
         self.index = index
         self.timeout_s = timeout_s
@@ -361,9 +363,10 @@ class LivenessBenchClient:
 
     async def _infer(self, frame: bytes, start: bool = False, end: bool = False) -> Any:
         if self._client is None:
-            from tritonclient.grpc.aio import InferenceServerClient
+            import tritonclient.grpc.aio as aioclient
 
-            self._client = InferenceServerClient(self.grpc_url)
+            self._client = self.channel.grpc_client(aioclient)
         return await self._client.infer(MODEL, [frame_input(frame)], sequence_id=self._sid,
                                         sequence_start=start, sequence_end=end,
-                                        client_timeout=self.timeout_s)
+                                        client_timeout=self.timeout_s,
+                                        headers=self.channel.metadata)

@@ -125,8 +125,14 @@ def command(model: str, grpc_url: str, concurrency: int, input_data: Path, csv_f
     """One level: ``concurrency`` clients, windows of ``requests_per_window`` answers
     (count windows: a slow pipeline still gets whole requests), 3 of them, reported
     together: any 3 count as stable (a stability percentage of 100 still failed on
-    kyc_ensemble's 1-s customers, 2 per window); the bench does not retry."""
-    return [executable(), "-m", model, "-u", grpc_url, "-i", "grpc",
+    kyc_ensemble's 1-s customers, 2 per window); the bench does not retry. The client
+    key found here goes as gRPC metadata (``-H``: perf_analyzer 2.51 sends it on gRPC
+    too, whatever its help says; it is on the command line, as it is on tritonserver's)."""
+    from kyc_tools.channel import as_channel
+
+    headers = [arg for name, value in as_channel(grpc_url).headers
+               for arg in ("-H", f"{name}:{value}")]
+    return [executable(), "-m", model, "-u", grpc_url, "-i", "grpc", *headers,
             "--input-data", str(input_data), "--concurrency-range", f"{concurrency}:{concurrency}",
             "--measurement-mode", "count_windows",
             "--measurement-request-count", str(max(requests_per_window, concurrency)),

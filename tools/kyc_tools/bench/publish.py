@@ -42,11 +42,13 @@ def first_request_after_publish(bench: Bench, model: str, name: str, payload: np
     import tritonclient.grpc as grpcclient
     from tritonclient.utils import np_to_triton_dtype
 
+    from kyc_tools.channel import as_channel
     from kyc_tools.repo.check import version_dirs
     from kyc_tools.repo.publish import publish
 
     headers = bench.admin_headers
-    client = grpcclient.InferenceServerClient(bench.grpc_url)
+    channel = as_channel(bench.grpc_url)  # with the client key found here
+    client = channel.grpc_client(grpcclient)
 
     def once() -> float:
         tensor = grpcclient.InferInput(name, list(payload.shape),
@@ -54,7 +56,7 @@ def first_request_after_publish(bench: Bench, model: str, name: str, payload: np
         tensor.set_data_from_numpy(payload)
         started = time.perf_counter()
         client.infer(model, [tensor], outputs=[grpcclient.InferRequestedOutput(output)],
-                     client_timeout=CLIENT_TIMEOUT_S)
+                     client_timeout=CLIENT_TIMEOUT_S, headers=channel.metadata)
         return round((time.perf_counter() - started) * 1e3, 1)
 
     def switch(config: dict[str, Any]) -> dict[str, Any]:

@@ -85,13 +85,16 @@ def aligned_faces(grpc_url: str) -> list[np.ndarray]:
     """face_preprocess's FACE of every real test photo: [1, 112, 112, 3] uint8 each."""
     import tritonclient.grpc as grpcclient
 
-    client = grpcclient.InferenceServerClient(grpc_url)
+    from kyc_tools.channel import as_channel
+
+    channel = as_channel(grpc_url)  # with the client key found here
+    client = channel.grpc_client(grpcclient)
     faces = []
     try:
         for photo in face_photos():
             tensor = grpcclient.InferInput("IMAGE", [1, 1], "BYTES")
             tensor.set_data_from_numpy(np.array([[photo]], dtype=np.object_))
-            result = client.infer("face_preprocess", [tensor])
+            result = client.infer("face_preprocess", [tensor], headers=channel.metadata)
             if bool(result.as_numpy("FACE_FOUND")[0, 0]):
                 faces.append(result.as_numpy("FACE"))
     finally:

@@ -28,9 +28,13 @@ from kyc_tools.runtime.server import DEFAULT_HOST
 def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     serve = sub.add_parser(
         "serve", help="run a real Triton server over a model repository",
-        epilog="KYC_CLIENT_KEY (>= 16 of letters, digits, ._~+/-): inference answers only "
-               "calls carrying it in the kyc-client-key header (the kyc SDK, kyc verify and "
-               "kyc web send it from the same variable); unset: open to every caller")
+        epilog="Inference answers only calls carrying the client key (header kyc-client-key): "
+               "KYC_CLIENT_KEY (>= 16 of letters, digits, ._~+/-; e.g. openssl rand -hex 24), "
+               "else a random key made on first start in ~/.config/kyc/client.key (mode 0600; "
+               "--production refuses to start without KYC_CLIENT_KEY). The kyc SDK, kyc verify, "
+               "kyc web and kyc bench on this machine send it from the same variable, else "
+               "from that file. --open-inference: no key, every caller of the ports may infer "
+               "(the operator's choice, said at start).")
     _add_server_options(serve)
     _add_lifecycle_options(serve)
     serve.set_defaults(func=cmd_serve)
@@ -97,8 +101,13 @@ def _add_lifecycle_options(serve: argparse.ArgumentParser) -> None:
              "server with exit code 3 (Triton 2.51 does not restart them); 0: off")
     serve.add_argument(
         "--production", action="store_true",
-        help="refuse to start without KYC_ADMIN_KEY (>= 16 characters) and a token key "
-             "(also set by KYC_PRODUCTION=1; the image's mode)")
+        help="refuse to start without KYC_ADMIN_KEY (>= 16 characters), a token key and "
+             "KYC_CLIENT_KEY unless --open-inference (also set by KYC_PRODUCTION=1; the "
+             "image's mode)")
+    serve.add_argument(
+        "--open-inference", action="store_true",
+        help="let every caller of the ports infer, without the client key (default: "
+             "inference needs it; see below)")
 
 
 def _add_watch_options(serve: argparse.ArgumentParser) -> None:
@@ -144,15 +153,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return refused
     admin_key = os.environ.get(args.admin_key_env) or None
     production = args.production or os.environ.get("KYC_PRODUCTION", "") in ("1", "true")
-    if production and _production_refused(admin_key):
-        return 1
-    client_key, refused = _client_key()
-    if refused:
+    if production and _production_refused(admin_key, args.open_inference):
         return 1
     key_origin = f"${args.admin_key_env}"
     if admin_key is None:
         admin_key, key_origin = _development_admin_key()
-    server = _make_server(args, repository, admin_key, production, client_key)
+    server = _make_server(args, repository, admin_key, production)
     signals = _Signals().install()
     started = time.monotonic()
     refused = _start(server, args, repository)
@@ -201,30 +207,17 @@ def _development_admin_key() -> tuple[str, str]:
     return development_admin_key(), str(default_admin_key_file())
 
 
-def _production_refused(admin_key: str | None) -> bool:
+def _production_refused(admin_key: str | None, open_inference: bool) -> bool:
     from kyc_tools.runtime.server import production_problems
 
-    problems = production_problems(admin_key, dict(os.environ))
+    problems = production_problems(admin_key, os.environ, open_inference)
     for problem in problems:
         print(f"kyc serve --production: {problem}", file=sys.stderr)
     return bool(problems)
 
 
-def _client_key() -> tuple[str | None, bool]:
-    """The client key from KYC_CLIENT_KEY (None: unset), and whether it is refused
-    (each reason printed)."""
-    from kyc_tools.channel import CLIENT_KEY_ENV
-    from kyc_tools.runtime.server import client_key_problems
-
-    key = os.environ.get(CLIENT_KEY_ENV, "").strip() or None
-    problems = client_key_problems(key)
-    for problem in problems:
-        print(f"kyc serve: {problem}", file=sys.stderr)
-    return key, bool(problems)
-
-
 def _make_server(args: argparse.Namespace, repository: Path, admin_key: str | None,
-                 production: bool, client_key: str | None = None) -> Any:
+                 production: bool) -> Any:
     from kyc_tools.runtime.server import ServerOptions, TritonServer
 
     options = ServerOptions(
@@ -235,7 +228,8 @@ def _make_server(args: argparse.Namespace, repository: Path, admin_key: str | No
         address=args.address,
         poll_secs=args.poll_secs,
         admin_key=admin_key,
-        client_key=client_key,
+        # the client key: KYC_CLIENT_KEY, else the key file (runtime.server.inference_lock)
+        open_inference=args.open_inference,
         cpu_runtime="" if args.cpu_runtime == "configured" else args.cpu_runtime,
         log_verbose=args.log_verbose,
         exit_timeout_secs=args.exit_timeout_secs,
@@ -323,13 +317,18 @@ def _print_banner(server: Any, repository: Path, key_origin: str, production: bo
         + f"\n  repository {repository} " + _repository_mode(server) + "\n"
         f"  {options.restricted_apis} APIs need the admin key, from {key_origin}"
         + ("; production: keys required" if production else "")
-        + "\n  inference " + ("needs the client key (kyc-client-key header, $KYC_CLIENT_KEY)"
-                             if options.client_key else "open to every caller of the ports "
-                             "(set KYC_CLIENT_KEY to require a key)")
+        + "\n  inference " + _inference_line(server.inference_lock)
         + f"\n  liveness token key id {server.token_key_id} (the same on every replica)"
         + "\nPress Ctrl-C to stop.",
         flush=True,
     )
+
+
+def _inference_line(lock: Any) -> str:
+    """Where the client key comes from (never the key), or that there is none."""
+    if lock.key is None:
+        return f"{lock.origin}: the operator's choice"
+    return f"needs the client key (kyc-client-key header), from {lock.origin}"
 
 
 def _repository_mode(server: Any) -> str:

@@ -4,7 +4,8 @@
 runs a liveness session when frames are given, then ``kyc_ensemble``, and prints
 the REPORT JSON on stdout. Progress goes to stderr. Exit codes, for scripts:
 0 approve, 3 review, 4 reject, 1 error (unreadable file, server refused the input,
-unreachable server), 2 bad usage.
+unreachable server, no client key: ``KYC_CLIENT_KEY``, else the key file a ``kyc serve``
+on this machine wrote), 2 bad usage.
 
 Frames recorded in advance cannot know the random challenge the server draws at
 START (it tells one move at a time), so they will normally fail it
@@ -82,12 +83,13 @@ def _header(text: str) -> tuple[str, str]:
 
 def channel_of(args: argparse.Namespace):
     """The :class:`kyc_tools.channel.Channel` that ``--url``, ``--tls``, ``--ca-file`` and
-    ``--header`` describe, with the client key of ``KYC_CLIENT_KEY`` unless a
-    ``--header`` gives one."""
+    ``--header`` describe, with the client key found on this machine
+    (:func:`kyc_tools.channel.client_key`) unless a ``--header`` gives one."""
     from kyc_tools.channel import CLIENT_KEY_HEADER, Channel, client_key_headers
 
     given = tuple(args.header)
-    default = () if any(name == CLIENT_KEY_HEADER for name, _ in given) else client_key_headers()
+    default = () if any(name == CLIENT_KEY_HEADER for name, _ in given) else tuple(
+        client_key_headers().items())
     return Channel(args.url, ssl=args.tls or args.ca_file is not None,
                    root_certificates=args.ca_file, headers=given + default)
 

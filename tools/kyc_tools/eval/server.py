@@ -143,8 +143,11 @@ class EvalServer:
         tmp = Path(self._tmp.name)
         self.view = write_view(self.repository, tmp / "models", model, version, parameters)
         self.log_file = tmp / "tritonserver.log"
+        # Inference open by name: a private server on free loopback ports for this one
+        # measure, whose calls (kyc_tools.eval's raw tritonclient calls) carry no key.
         options = ServerOptions.on_free_ports(self.view, model_control="explicit",
-                                              load_models=tuple(self.models))
+                                              load_models=tuple(self.models),
+                                              open_inference=True)
         self.server = TritonServer(options, log_file=self.log_file)
 
     @property

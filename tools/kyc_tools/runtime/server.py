@@ -22,8 +22,9 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import IO
 
@@ -47,10 +48,14 @@ _ADMISSION_RE = re.compile(r"^kyc_(\d+)_admission_[a-z_]+$")
 # tritonserver 2.51 takes the key only on its command line ("<apis>:admin-key=<key>"):
 # any local user can read it in /proc/<pid>/cmdline; there is no file or variable form.
 RESTRICTED_APIS = ("model-repository", "shared-memory", "trace", "logging")
-# Locked by the client key when one is given (KYC_CLIENT_KEY, kyc_tools.channel): inference,
-# every model's (Triton cannot lock one model and not another). Internal calls
-# (ensemble steps, BLS) do not pass the frontend and need none.
+# Locked by the client key (kyc_tools.channel) unless the operator opens it by name
+# (open_inference, `kyc serve --open-inference`): inference, every model's (Triton cannot
+# lock one model and not another). Internal calls (ensemble steps, BLS) do not pass the
+# frontend and need none. A call without the key gets UNAVAILABLE "This protocol is
+# restricted, expecting header 'triton-grpc-protocol-kyc-client-key'" on gRPC, 403 on HTTP.
 CLIENT_APIS = ("inference",)
+OPEN_INFERENCE_FLAG = "--open-inference"
+
 # Where kyc serve listens unless told otherwise (--host): this machine only. The image
 # and deploy/ pass --host 0.0.0.0 themselves.
 DEFAULT_HOST = "127.0.0.1"
@@ -76,8 +81,9 @@ class ServerError(RuntimeError):
 
 def default_token_key_file() -> Path:
     """``$XDG_CONFIG_HOME/kyc/token.key`` (``~/.config/kyc/token.key``)."""
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "kyc" / "token.key"
+    from kyc_tools.channel import key_folder
+
+    return key_folder() / "token.key"
 
 
 def default_admin_key_file() -> Path:
@@ -93,6 +99,33 @@ def development_admin_key(path: Path | None = None) -> str:
     return create_key_file(path or default_admin_key_file()).read_text().strip()
 
 
+def development_client_key(path: Path | None = None) -> str:
+    """The client key of a server started without one: random (hex, within the characters
+    :func:`client_key_problems` allows), made on first start into a file only its owner
+    reads, beside the admin key, where this machine's clients find it
+    (:func:`kyc_tools.channel.client_key`)."""
+    from kyc_tools.channel import default_client_key_file
+
+    path = path or default_client_key_file()
+    if not path.exists():
+        _write_new_secret(path, secrets.token_hex(24))
+    return path.read_text(encoding="ascii").strip()
+
+
+def _write_new_secret(path: Path, text: str) -> None:
+    """``text`` into a new file at ``path`` readable by its owner only, whole or not at
+    all (written aside, then linked in); a file already there, another start's, wins."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, aside = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # mode 0600
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as handle:
+            handle.write(text + "\n")
+        with contextlib.suppress(FileExistsError):
+            os.link(aside, path)
+    finally:
+        os.unlink(aside)
+
+
 def client_key_problems(client_key: str | None) -> list[str]:
     """Why a client key cannot be used: too short, or characters Triton's restricted-API
     option or an HTTP header would cut or change."""
@@ -105,13 +138,24 @@ def client_key_problems(client_key: str | None) -> list[str]:
         problems.append(f"{CLIENT_KEY_ENV} is shorter than {MIN_ADMIN_KEY_CHARS} characters")
     if not re.fullmatch(r"[A-Za-z0-9._~+/-]*", client_key):
         problems.append(f"{CLIENT_KEY_ENV} may hold letters, digits and ._~+/- only "
-                        "(e.g. openssl rand -base64 24)")
+                        "(e.g. openssl rand -hex 24)")
     return problems
 
 
-def production_problems(admin_key: str | None, env: dict[str, str]) -> list[str]:
+def no_client_key_problem() -> str:
+    """What a production server without a client key says (``kyc serve``, the runtime)."""
+    from kyc_tools.channel import CLIENT_KEY_ENV
+
+    return (f"no client key: set {CLIENT_KEY_ENV} (at least {MIN_ADMIN_KEY_CHARS} of letters, "
+            f"digits, ._~+/-; e.g. openssl rand -hex 24), the key every inference call must "
+            f"carry, or pass {OPEN_INFERENCE_FLAG} to let every caller of the ports infer")
+
+
+def production_problems(admin_key: str | None, env: Mapping[str, str],
+                        open_inference: bool = False) -> list[str]:
     """Why a production server must not start: one line per missing or weak key."""
     from kyc.liveness.token import ENV_KEY, ENV_KEY_FILE
+    from kyc_tools.channel import CLIENT_KEY_ENV
 
     problems = []
     if not admin_key:
@@ -122,7 +166,40 @@ def production_problems(admin_key: str | None, env: dict[str, str]) -> list[str]
                         "characters")
     if not env.get(ENV_KEY) and not env.get(ENV_KEY_FILE):
         problems.append(f"no liveness token key: set {ENV_KEY} or {ENV_KEY_FILE}")
+    if not open_inference and not env.get(CLIENT_KEY_ENV, "").strip():
+        problems.append(no_client_key_problem())
     return problems
+
+
+@dataclass(frozen=True)
+class InferenceLock:
+    """What inference needs on a server: ``key`` (None: nothing, open to every caller)
+    and where it comes from, for the banner (never the key itself)."""
+
+    key: str | None
+    origin: str
+
+
+def inference_lock(options: ServerOptions, env: Mapping[str, str] = os.environ) -> InferenceLock:
+    """The options' client key; none when the operator opened inference by name
+    (``open_inference``); else ``KYC_CLIENT_KEY``; else (not in production) the
+    development key file, made on first start, that this machine's clients read."""
+    from kyc_tools.channel import CLIENT_KEY_ENV, default_client_key_file
+
+    if options.open_inference:
+        return InferenceLock(None, f"open to every caller ({OPEN_INFERENCE_FLAG})")
+    lock = InferenceLock(options.client_key, "the server's options")
+    if lock.key is None and env.get(CLIENT_KEY_ENV, "").strip():
+        lock = InferenceLock(env[CLIENT_KEY_ENV].strip(), f"${CLIENT_KEY_ENV}")
+    elif lock.key is None and options.production:
+        raise ServerError(no_client_key_problem())
+    elif lock.key is None:
+        path = default_client_key_file(env)
+        lock = InferenceLock(development_client_key(path), str(path))
+    problems = client_key_problems(lock.key)
+    if problems:
+        raise ServerError(f"the client key from {lock.origin}: " + "; ".join(problems))
+    return lock
 
 
 def token_key_environment(env: dict[str, str], options: ServerOptions) -> dict[str, str]:
@@ -162,9 +239,12 @@ class ServerOptions:
     # those its measure runs through).
     load_models: tuple[str, ...] = ("*",)
     admin_key: str | None = None
-    # Inference (every model) answers only calls carrying this key (KYC_CLIENT_KEY;
-    # kyc_tools.channel); None: open to whoever reaches the ports.
+    # Inference (every model) answers only calls carrying this key (kyc_tools.channel);
+    # None: KYC_CLIENT_KEY, else the development key file (inference_lock).
     client_key: str | None = None
+    # No client key: inference open to whoever reaches the ports, by the caller's choice
+    # (`kyc serve --open-inference`; the tests' servers, whose raw calls carry no key).
+    open_inference: bool = False
     # "onnxruntime": the local onnxruntime backend ignores the configs' CPU accelerator
     # (KYC_CPU_RUNTIME; kyc.onnx_backend); "": as the configs say (OpenVINO).
     cpu_runtime: str = ""
@@ -429,10 +509,15 @@ class TritonServer:
         cmd.extend(self.options.extra_args)
         return cmd
 
+    @cached_property
+    def inference_lock(self) -> InferenceLock:
+        """The client key inference needs here (:func:`inference_lock`), resolved once."""
+        return inference_lock(self.options)
+
     def _client_key_args(self) -> list[str]:
         from kyc_tools.channel import CLIENT_KEY_NAME
 
-        key = self.options.client_key
+        key = self.inference_lock.key
         if key is None:
             return []
         locked = f"{','.join(CLIENT_APIS)}:{CLIENT_KEY_NAME}={key}"
@@ -442,6 +527,9 @@ class TritonServer:
         """Start the server process (returns at once; see :meth:`wait_ready`)."""
         if self.process is not None:
             raise ServerError("server already started")
+        lock = self.inference_lock  # a key it cannot use stops it before anything runs
+        log.info("inference: %s", f"needs the client key, from {lock.origin}" if lock.key
+                 else lock.origin)
         stale = remove_stale_shm_regions()
         if stale:
             log.info("removed %d stale shared-memory regions of dead servers", len(stale))
