@@ -149,6 +149,16 @@ def test_stale_regions_of_dead_launchers_are_removed_and_live_ones_kept(tmp_path
     ]
 
 
+def test_the_token_ledger_folder_of_a_dead_server_is_removed_and_a_live_ones_kept(tmp_path):
+    from kyc.decision.ledger import FolderLedger, shm_folder
+
+    dead, live = 2**22 + 12346, os.getpid()
+    for pid in (dead, live):
+        FolderLedger(shm_folder(pid, tmp_path)).spend("t", 1e9, 2e9, "holder")
+    assert remove_stale_shm_regions(tmp_path) == [f"kyc_{dead}_ledger"]
+    assert [p.name for p in tmp_path.iterdir()] == [f"kyc_{live}_ledger"]
+
+
 def test_client_urls_use_loopback_when_listening_on_all_addresses(tmp_path):
     options = ServerOptions(tmp_path, http_port=18000, grpc_port=18001, metrics_port=18002)
     assert options.http_url == "127.0.0.1:18000"

@@ -40,6 +40,8 @@ SHM_DIR = Path("/dev/shm")
 _SHM_PREFIX_RE = re.compile(r"^kyc_(\d+)_[0-9a-f]{6}_")
 # kyc.intake.admission's state file, named after the tritonserver's own pid
 _ADMISSION_RE = re.compile(r"^kyc_(\d+)_admission_[a-z_]+$")
+# kyc.decision.ledger's folder of spent tokens, named after the tritonserver's own pid
+_LEDGER_RE = re.compile(r"^kyc_(\d+)_ledger$")
 
 
 # Locked by the admin key, in development too: loading models, client-registered
@@ -363,7 +365,8 @@ def remove_stale_shm_regions(shm_dir: Path = SHM_DIR) -> list[str]:
         return []
     stale = []
     for entry in shm_dir.iterdir():
-        match = _SHM_PREFIX_RE.match(entry.name) or _ADMISSION_RE.match(entry.name)
+        match = (_SHM_PREFIX_RE.match(entry.name) or _ADMISSION_RE.match(entry.name)
+                 or _LEDGER_RE.match(entry.name))
         if match and not _pid_alive(int(match.group(1))):
             stale.append(entry)
     return _unlink_all(stale)
@@ -392,7 +395,10 @@ def _unlink_all(entries: Iterable[Path]) -> list[str]:
     removed = []
     for entry in entries:
         with contextlib.suppress(FileNotFoundError):
-            entry.unlink()
+            if entry.is_dir() and not entry.is_symlink():  # a ledger folder: ours, 0700
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
             removed.append(entry.name)
     return removed
 
@@ -644,9 +650,11 @@ class TritonServer:
             code = self.process.wait() if code is None else code
         removed = remove_shm_regions(self.shm_prefix)
         if self.process is not None:
+            from kyc.decision.ledger import shm_folder
             from kyc.intake.admission import ENTRIES, shm_path
 
-            removed += _unlink_all([shm_path(self.process.pid, e) for e in ENTRIES])
+            removed += _unlink_all([*(shm_path(self.process.pid, e) for e in ENTRIES),
+                                    shm_folder(self.process.pid)])
         if removed:
             log.info("removed %d shared-memory regions left by the server", len(removed))
         if self._backend_tmp is not None:
