@@ -214,3 +214,24 @@ def test_a_reading_or_a_face_attested_for_another_image_than_the_sealed_one_is_r
         answer, = step(_no_score).run([Request({**honest, prefix + "ATTESTATION":
                                                 np.array([[face]], dtype=np.object_)})])
         assert _refused(answer) and what in str(answer), prefix
+
+
+def test_without_a_key_ocr_postprocess_reads_pages_whose_canvas_nobody_attested():
+    """document_ocr in process without a token key (the bench's runner): ocr_preprocess
+    attests nothing, and ocr_postprocess reads the pages; an attestation it cannot
+    check is still refused."""
+    from kyc.document.step import OcrPostprocessStep
+
+    class Reader:
+        def read(self, pages):
+            return [[] for _ in pages]
+
+    step = OcrPostprocessStep(Reader(), None, None)
+    page = {"CANVAS": np.zeros((2, 8, 8, 3), np.uint8), "PROB_MAP": np.zeros((2, 8, 8), np.float32),
+            "SCALE": np.ones((2, 2), np.float32)}
+    blank = np.array([[b""], [b""]], dtype=np.object_)
+    answer, = step.run([Request({**page, "CANVAS_ATTESTATION": blank})])
+    assert answer["ATTESTATION"].tolist() == [[b""], [b""]]
+    claimed = np.array([[b""], [b"a1.d.t"]], dtype=np.object_)
+    answer, = step.run([Request({**page, "CANVAS_ATTESTATION": claimed})])
+    assert isinstance(answer, RequestError) and "no key" in str(answer)

@@ -229,13 +229,15 @@ class OcrPostprocessStep:
 
     def _pages(self, request: Request) -> list[tuple[tuple, str | None]]:
         """Each page of ``request`` with the digest of the image its canvas attestation
-        names (None: the request has none, as in document_ocr)."""
+        names (None: the request has none; or none was made, as where no step holds a
+        key: the in-process runtime without a token key)."""
         pages = _pages(request)
-        if CANVAS_ATTESTATION not in request.inputs:
+        attestations = request.inputs.get(CANVAS_ATTESTATION)
+        if attestations is None or (self.sealer is None and not any(
+                text_of(attestations, row) for row in range(len(attestations)))):
             return [(page, None) for page in pages]
         if self.sealer is None:
             raise RequestError(f"{CANVAS_ATTESTATION}: this server holds no key to check it")
-        attestations = request.inputs[CANVAS_ATTESTATION]
         try:
             return [(page, self.sealer.attested_image(
                         CANVAS_KIND, text_of(attestations, row),
