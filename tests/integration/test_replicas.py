@@ -68,9 +68,14 @@ def test_a_replica_with_the_same_key_reads_the_token(server, customer, tmp_path_
     other = replica(tmp_path_factory, server.token_key_environment)
     try:
         assert other.token_key_id == server.token_key_id
-        report = verify(other.options.grpc_url, *customer)
+        # a token of A's from before B started: B's ledger cannot know it unspent
+        early = verify(other.options.grpc_url, *customer)
+        token = live_token(server.options.grpc_url)  # sealed by A while B serves
+        report = verify(other.options.grpc_url, *customer[:2], token)
     finally:
         other.stop()
+    assert early["reasons"] == ["liveness_token_expired"], early["reasons"]
+    assert "before the ledger of spent tokens began" in early["liveness"]["problem"]
     assert report["liveness"]["valid"] is True and report["liveness"]["live"] is True
     assert "liveness_token_invalid" not in report["reasons"]
     # all passed but passive PAD, which no shipped repository has
