@@ -521,3 +521,252 @@ def models_for(model: str, repository: Path = SHIPPED_REPOSITORY) -> tuple[str, 
                 needed.add(call.callee)
                 todo.append(call.callee)
     return tuple(sorted(needed))
+
+
+# -- kyc web: its ASGI app driven by hand, a real server, slow clients ----------------
+WEB_FORM = "multipart/form-data; boundary=b0undary"
+
+
+def web_form(**fields: bytes) -> bytes:
+    """A ``POST /api/verify`` body of these fields, as :data:`WEB_FORM` says."""
+    return b"".join(b'--b0undary\r\nContent-Disposition: form-data; name="%s"\r\n\r\n%s\r\n'
+                    % (name.encode(), value) for name, value in fields.items()) + b"--b0undary--"
+
+
+def ensemble_answer(decision: str = "reject", reasons=("face_mismatch", "high_fraud_score")):
+    """kyc_ensemble's answer, with every score and figure its REPORT carries."""
+    from kyc_tools.client import Verification
+
+    return Verification(decision, list(reasons), face_match_score=0.123, liveness_score=0.456,
+                        fraud_score=0.971, report={"fraud_features": {"age": 17},
+                                                   "thresholds": {"face_match": 0.4}})
+
+
+class Ensemble:
+    """Stands in for the SDK's AsyncKycClient in kyc web's app: ``hold`` (an
+    asyncio.Event) keeps each verification open until set; a liveness session is an
+    :class:`IdleCapture`."""
+
+    def __init__(self, hold=None) -> None:
+        self.hold, self.calls, self.applications = hold, [], []
+
+    async def verify(self, document: bytes, selfie: bytes, token: bytes,
+                     application: str | None = None):
+        self.calls.append((document, selfie, token))
+        self.applications.append(application)
+        if self.hold is not None:
+            await self.hold.wait()
+        return ensemble_answer()
+
+    async def liveness_capture(self, client_id=None, application=None) -> IdleCapture:
+        return IdleCapture()
+
+
+class IdleCapture:
+    """A liveness session on the server that tells its challenge, then nothing."""
+
+    def __init__(self) -> None:
+        self.challenge = {"length": 3, "how": "", "next": "left"}
+
+    async def push(self, frame: bytes) -> None:
+        pass
+
+    async def replies(self):
+        import asyncio
+
+        await asyncio.Event().wait()
+        yield  # never reached: an async generator
+
+    async def close(self) -> None:
+        pass
+
+
+def web_scope(kind: str, path: str, client: str, headers: list | None = None) -> dict:
+    """An ASGI scope of kind ``http`` (a POST) or ``websocket`` from ``client``."""
+    return {"type": kind, "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+            "scheme": "http" if kind == "http" else "ws", "path": path, "raw_path": b"",
+            "query_string": b"", "root_path": "", "client": (client, 5555),
+            "server": ("127.0.0.1", 8080), "headers": headers or []}
+
+
+async def post(app, body: bytes, content_type: str = WEB_FORM,
+               client: str = "192.0.2.7") -> tuple[int, dict]:
+    """One POST /api/verify, its body in 64 KiB messages as a server passes them on (each
+    made when asked for, as a server reads them)."""
+    import json
+
+    starts, sent = iter(range(0, max(len(body), 1), 65536)), []
+
+    async def receive():
+        at = next(starts, None)
+        if at is None:
+            return {"type": "http.disconnect"}
+        return {"type": "http.request", "body": body[at:at + 65536],
+                "more_body": at + 65536 < len(body)}
+
+    async def send(message):
+        sent.append(message)
+
+    headers = [(b"content-type", content_type.encode())]
+    await app(web_scope("http", "/api/verify", client, headers), receive, send)
+    return sent[0]["status"], json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+
+
+class StreamedPost:
+    """One POST /api/verify to kyc web's ASGI app from ``client`` whose body comes as
+    the test feeds it (:meth:`feed`), as a slow client sends it. Start it in a running
+    event loop."""
+
+    def __init__(self, app, body: bytes, client: str = "192.0.2.7") -> None:
+        import asyncio
+
+        self.body, self.at, self.sent = body, 0, []
+        self.pieces: asyncio.Queue = asyncio.Queue()
+        headers = [(b"content-type", WEB_FORM.encode()),
+                   (b"content-length", str(len(body)).encode())]
+        self.task = asyncio.ensure_future(
+            app(web_scope("http", "/api/verify", client, headers), self.pieces.get, self._send))
+
+    async def _send(self, message: dict) -> None:
+        self.sent.append(message)
+
+    def feed(self, size: int | None = None) -> None:
+        """The body's next ``size`` bytes (None: the rest)."""
+        end = len(self.body) if size is None else min(self.at + size, len(self.body))
+        self.pieces.put_nowait({"type": "http.request", "body": self.body[self.at:end],
+                                "more_body": end < len(self.body)})
+        self.at = end
+
+    async def answer(self, timeout: float = 5.0) -> tuple[int, dict, dict]:
+        """The status, the JSON body and the headers of the answer, once it is sent."""
+        import asyncio
+        import json
+
+        await asyncio.wait_for(asyncio.shield(self.task), timeout)
+        headers = {k.decode(): v.decode() for k, v in self.sent[0].get("headers", [])}
+        body = b"".join(m.get("body", b"") for m in self.sent[1:])
+        return self.sent[0]["status"], json.loads(body), headers
+
+
+class IdlePage:
+    """A page that opens ``/ws/liveness`` on kyc web's ASGI app from ``client`` and then
+    sends nothing; :attr:`told` is what the app sent it, :attr:`close_code` how it was
+    closed. Start it in a running event loop."""
+
+    def __init__(self, app, client: str) -> None:
+        import asyncio
+
+        self.messages, self.close_code, self.opened = [], None, False
+        self.closed = asyncio.Event()
+        headers = [(b"host", b"kyc.test"), (b"origin", b"https://kyc.test")]
+        self.task = asyncio.ensure_future(
+            app(web_scope("websocket", "/ws/liveness", client, headers), self._receive,
+                self._send))
+
+    async def _receive(self) -> dict:
+        if not self.opened:
+            self.opened = True
+            return {"type": "websocket.connect"}
+        await self.closed.wait()
+        return {"type": "websocket.disconnect", "code": 1000}
+
+    async def _send(self, message: dict) -> None:
+        if message["type"] == "websocket.close":
+            self.close_code = message.get("code", 1000)
+            self.closed.set()
+        self.messages.append(message)
+
+    @property
+    def told(self) -> list[str]:
+        """The ``type`` (an error: its code) of each JSON message the app sent."""
+        import json
+
+        said = [json.loads(m["text"]) for m in self.messages if m["type"] == "websocket.send"]
+        return [m.get("error", m["type"]) for m in said]
+
+
+@contextlib.contextmanager
+def web_server(app, settings) -> Iterator[int]:
+    """kyc web's ``app`` served by a real uvicorn with ``kyc web``'s options for
+    ``settings`` (:func:`kyc_tools.cli.web.uvicorn_options`) on a free port of
+    127.0.0.1, in a thread of its own: the port."""
+    import uvicorn
+
+    from kyc_tools.cli.web import uvicorn_options
+
+    config = uvicorn.Config(app, host="127.0.0.1", port=free_port(), lifespan="off",
+                            timeout_graceful_shutdown=1, **uvicorn_options(settings))
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert server.started, "uvicorn did not start"
+    try:
+        yield config.port
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def verify_head(length: int) -> bytes:
+    """A ``POST /api/verify`` request's line and headers, for a form of ``length`` bytes."""
+    return (b"POST /api/verify HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: %s\r\n"
+            b"Content-Length: %d\r\n\r\n" % (WEB_FORM.encode(), length))
+
+
+class RawClient:
+    """A client of a server on 127.0.0.1 from a loopback address of its own (``source``,
+    127.0.0.x: Linux routes all of 127/8 to itself), on a raw socket: it sends what it
+    is told, a byte at a time if need be, and reads what comes back."""
+
+    def __init__(self, port: int, source: str = "127.0.0.1") -> None:
+        import socket
+
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5,
+                                             source_address=(source, 0))
+        self.received = b""
+
+    def send(self, data: bytes) -> bool:
+        """False: the server has closed the connection."""
+        try:
+            self.sock.sendall(data)
+            return True
+        except OSError:
+            return False
+
+    def closed_within(self, timeout: float) -> bool:
+        """Whether the server closes the connection within ``timeout`` (what it sends
+        meanwhile is kept in :attr:`received`)."""
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            self.sock.settimeout(left)
+            try:
+                data = self.sock.recv(65536)
+            except TimeoutError:
+                return False
+            except OSError:  # reset
+                return True
+            if not data:
+                return True
+            self.received += data
+        return False
+
+    def answer(self, timeout: float = 5.0) -> tuple[int, dict]:
+        """The status and JSON body of the answer (read until it is whole)."""
+        import json
+
+        deadline, closed = time.monotonic() + timeout, False
+        while True:
+            head, _, body = self.received.partition(b"\r\n\r\n")
+            length = [int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:")]
+            if length and len(body) >= length[0]:
+                return int(head.split(b" ")[1]), json.loads(body[:length[0]])
+            if closed or time.monotonic() > deadline:
+                raise AssertionError(f"no whole answer: {self.received[:200]!r}")
+            closed = self.closed_within(0.05)
+
+    def close(self) -> None:
+        self.sock.close()

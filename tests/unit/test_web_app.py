@@ -12,6 +12,7 @@ import json
 
 import pytest
 
+from kyc_testing import WEB_FORM, Ensemble, post, web_form
 from kyc_tools.web import words
 from kyc_tools.web.app import (
     SECURITY_HEADERS,
@@ -174,66 +175,11 @@ def test_the_page_is_package_data_with_no_inline_script_and_no_other_host():
 
 
 # -- POST /api/verify through the ASGI app, Triton's client stood in for ----------------
-def answer(decision: str = "reject", reasons=("face_mismatch", "high_fraud_score")):
-    """kyc_ensemble's answer, with every score and figure its REPORT carries."""
-    from kyc_tools.client import Verification
-
-    return Verification(decision, list(reasons), face_match_score=0.123, liveness_score=0.456,
-                        fraud_score=0.971, report={"fraud_features": {"age": 17},
-                                                   "thresholds": {"face_match": 0.4}})
-
-
-class Ensemble:
-    """Stands in for the SDK's AsyncKycClient; ``hold`` keeps each call open until set."""
-
-    def __init__(self, hold: asyncio.Event | None = None) -> None:
-        self.hold, self.calls = hold, []
-
-    async def verify(self, document: bytes, selfie: bytes, token: bytes,
-                     application: str | None = None):
-        self.calls.append((document, selfie, token))
-        self.applications = [*getattr(self, "applications", []), application]
-        if self.hold is not None:
-            await self.hold.wait()
-        return answer()
-
-
-async def post(app, body: bytes, content_type: str) -> tuple[int, dict]:
-    """One POST /api/verify, its body in 64 KiB messages as a server passes them on (each
-    made when asked for, as a server reads them)."""
-    starts, sent = iter(range(0, max(len(body), 1), 65536)), []
-
-    async def receive():
-        at = next(starts, None)
-        if at is None:
-            return {"type": "http.disconnect"}
-        return {"type": "http.request", "body": body[at:at + 65536],
-                "more_body": at + 65536 < len(body)}
-
-    async def send(message):
-        sent.append(message)
-
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-             "method": "POST", "scheme": "http", "path": "/api/verify", "raw_path": b"",
-             "query_string": b"", "root_path": "", "client": ("192.0.2.7", 5555),
-             "server": ("127.0.0.1", 8080), "headers": [(b"content-type", content_type.encode())]}
-    await app(scope, receive, send)
-    return sent[0]["status"], json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
-
-
-FORM = "multipart/form-data; boundary=b0undary"
-
-
-def form_body(**fields: bytes) -> bytes:
-    return b"".join(b'--b0undary\r\nContent-Disposition: form-data; name="%s"\r\n\r\n%s\r\n'
-                    % (name.encode(), value) for name, value in fields.items()) + b"--b0undary--"
-
-
 def test_the_browser_is_told_the_decision_and_coarse_reasons_never_a_score_or_the_report():
     ensemble = Ensemble()
     app = create_app(WebSettings(), kyc_client=lambda: ensemble)
-    status, body = asyncio.run(post(app, form_body(document=b"doc", selfie=b"me",
-                                                   liveness_token=b"dG9rZW4="), FORM))
+    status, body = asyncio.run(post(app, web_form(document=b"doc", selfie=b"me",
+                                                   liveness_token=b"dG9rZW4="), WEB_FORM))
     assert status == 200 and ensemble.calls == [(b"doc", b"me", b"token")]
     assert body == {"decision": "reject", "text": words.DECISION["reject"],
                     "reasons": [{"code": "face_not_matched",
@@ -258,14 +204,14 @@ def test_verifications_past_the_limit_at_once_are_answered_503_at_once_not_queue
         ensemble = Ensemble(hold)
         app = create_app(WebSettings(max_verifications=2, verifications_per_minute=100),
                          kyc_client=lambda: ensemble)
-        body = form_body(document=b"doc", selfie=b"me")
-        running = [asyncio.create_task(post(app, body, FORM)) for _ in range(2)]
+        body = web_form(document=b"doc", selfie=b"me")
+        running = [asyncio.create_task(post(app, body, WEB_FORM)) for _ in range(2)]
         while len(ensemble.calls) < 2:
             await asyncio.sleep(0)
-        excess = await asyncio.wait_for(post(app, body, FORM), timeout=1)
+        excess = await asyncio.wait_for(post(app, body, WEB_FORM), timeout=1)
         hold.set()
         done = await asyncio.gather(*running)
-        return excess, done, await post(app, body, FORM)
+        return excess, done, await post(app, body, WEB_FORM)
 
     excess, done, after = asyncio.run(scenario())
     assert excess == (503, {"error": "busy", "message": words.ERROR["busy"]})
@@ -275,10 +221,10 @@ def test_verifications_past_the_limit_at_once_are_answered_503_at_once_not_queue
 def test_the_application_the_session_was_bound_to_goes_with_the_verification_and_is_checked():
     ensemble = Ensemble()
     app = create_app(WebSettings(), kyc_client=lambda: ensemble)
-    bound = form_body(document=b"doc", selfie=b"me", liveness_token=b"dG9rZW4=",
+    bound = web_form(document=b"doc", selfie=b"me", liveness_token=b"dG9rZW4=",
                       application=b"web-0123abcd")
-    assert asyncio.run(post(app, bound, FORM))[0] == 200
+    assert asyncio.run(post(app, bound, WEB_FORM))[0] == 200
     assert ensemble.applications == ["web-0123abcd"]
-    status, body = asyncio.run(post(app, form_body(document=b"doc", selfie=b"me",
-                                                   application=b"a\x01b"), FORM))
+    status, body = asyncio.run(post(app, web_form(document=b"doc", selfie=b"me",
+                                                   application=b"a\x01b"), WEB_FORM))
     assert status == 400 and body["error"] == "bad_request"

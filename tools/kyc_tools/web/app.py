@@ -22,10 +22,13 @@ Safe by default: Triton is reached over gRPC on loopback or the cluster network;
 app binds 127.0.0.1 unless told otherwise; no image, name, number, token or embedding
 is written or logged (logs carry sizes, counts and timings); uploads and frames are
 bounded in size and rate; each client address has a rate limit on sessions and
-verifications, and the app a limit on verifications at once (the excess is answered
-503 at once, never queued); WebSockets from another origin are refused; every
-response carries a strict Content-Security-Policy and the usual hardening headers.
-Images live in memory for the time of their request only.
+verifications and a cap on sessions and uploads at once (the excess: 429); a body
+must come in at a pace (else 408) and the bodies being read hold at most a budget of
+memory; a verification takes its place among those at once only when its upload has
+been read and checked, just before the call to Triton (the excess is answered 503 at
+once, never queued), so a slow client holds no verification; WebSockets from another
+origin are refused; every response carries a strict Content-Security-Policy and the
+usual hardening headers. Images live in memory for the time of their request only.
 """
 
 from __future__ import annotations
@@ -38,18 +41,19 @@ import json
 import logging
 import time
 import uuid
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from kyc_tools.web import words
-from kyc_tools.web.upload import BadInputError, read_upload
+from kyc_tools.web.upload import BadInputError, Pace, Upload, UploadBudget, read_upload
 
 if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
+    from starlette.websockets import WebSocket
 
 log = logging.getLogger(__name__)
 
@@ -70,14 +74,48 @@ class WebSettings:
     liveness_attempts: int = 3  # tries before the page goes on to the document
     sessions_per_minute: int = 12  # per client address
     verifications_per_minute: int = 6  # per client address
-    # Verifications at once, in all. Each holds its upload (two 8 MiB images: 25 MiB at
-    # the peak as a form, 43 as JSON) and, while Triton's client serializes them, about
-    # two copies more: 4 stay well inside the pod's 512 MiB (docs/reliability.md).
+    # Liveness sessions open at once per client address: a person needs one (a retry may
+    # open the next as the last one closes); each ends at max_session_s.
+    sessions_per_client: int = 2
+    # Verifications at once, in all, taken once the upload is read and checked, just
+    # before the call to Triton. Each holds its images (16 MiB at most) and, while
+    # Triton's client serializes them, about two copies more: 4 hold about 200 MiB.
     max_verifications: int = 4
+    # A body must come in at a pace (kyc_tools.web.upload.Pace), else 408 too_slow: 30 s
+    # for any body and one second more for each 64 KiB received (512 kbit/s, a poor 3G
+    # uplink), so an honest upload at that rate or faster is never cut whatever its
+    # size, and one slower is cut at most 30 s after it falls behind; the longest a body
+    # may take is 30 s + 21.5 MiB / 64 KiB/s (about 6 min), and only by sending 64 KiB a
+    # second. No gap between two chunks may pass 10 s (a phone changing cells stalls for
+    # a few seconds).
+    upload_s: float = 30.0
+    upload_min_bytes_per_s: int = 64 * 1024
+    upload_idle_s: float = 10.0
+    # Uploads being read, per client address at once (the excess: 429): one client's slow
+    # connections hold back no one else. Behind a carrier's NAT many people share an
+    # address; they share its rate limits too.
+    uploads_per_client: int = 2
+    # The memory of the uploads being read, all together (each counted at twice what it
+    # has received: its peak as it is parsed; past it, 503). With the verifications'
+    # 200 MiB and the process's own 90, the app holds at most about 420 MiB, inside the
+    # pod's 512 MiB (docs/reliability.md), and each open connection under 80 KiB more
+    # (uvicorn buffers a head up to 16 KiB, a body up to 64 KiB before the app reads
+    # it); a slow upload holds only what it has sent.
+    upload_memory_bytes: int = 128 * MiB
+    # Connections (kyc_tools.cli.web): a request's head (its line and headers) must
+    # come within head_s of the connection or of the last answer, and one peer address
+    # holds at most connections_per_client (a browser opens about 6); not counted
+    # behind trusted proxies (the peer is the proxy: bound them there).
+    head_s: float = 10.0
+    connections_per_client: int = 32
     # Proxies in front of the app that each append the address they saw to
     # X-Forwarded-For (an Ingress controller: 1); 0: the header is not read.
     trusted_proxies: int = 0
     timeout_s: float = 30.0  # each call to Triton
+
+    @property
+    def upload_pace(self) -> Pace:
+        return Pace(self.upload_s, self.upload_min_bytes_per_s, self.upload_idle_s)
 
 
 class RateLimiter:
@@ -99,6 +137,25 @@ class RateLimiter:
         while len(self._buckets) > self.max_clients:
             self._buckets.popitem(last=False)
         return allowed
+
+
+class PerClient:
+    """How many of one thing each client address has going at once, at most ``cap``: a
+    :meth:`take` past it is refused at once (never queued); :meth:`give` gives one back."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap, self.held = cap, Counter[str]()
+
+    def take(self, client: str) -> bool:
+        if self.held[client] >= self.cap:
+            return False
+        self.held[client] += 1
+        return True
+
+    def give(self, client: str) -> None:
+        self.held[client] -= 1
+        if self.held[client] <= 0:
+            del self.held[client]
 
 
 # The page needs the camera, its own script and style, and its own server; nothing else.
@@ -201,12 +258,9 @@ def create_app(settings: WebSettings, kyc_client: Callable[[], Any] | None = Non
     from starlette.responses import FileResponse, JSONResponse
     from starlette.routing import Mount, Route, WebSocketRoute
     from starlette.staticfiles import StaticFiles
-    from starlette.websockets import WebSocket
 
     from kyc_tools.client import AsyncKycClient
 
-    limiter = RateLimiter()
-    verifying = asyncio.Semaphore(settings.max_verifications)
     clients: dict[str, AsyncKycClient] = {}
 
     def kyc() -> AsyncKycClient:
@@ -225,33 +279,13 @@ def create_app(settings: WebSettings, kyc_client: Callable[[], Any] | None = Non
     async def config(request: Request) -> Response:
         return JSONResponse(page_config(settings))
 
-    async def verify(request: Request) -> Response:
-        who = client_address(request.scope, request.headers, settings)
-        if not limiter.allow(who, "verify", settings.verifications_per_minute):
-            return _error("busy", 429)
-        if verifying.locked():  # the excess is answered now: a queue would hold its bodies
-            return _error("busy", 503)
-        async with verifying:
-            return await verify_request(request, settings, kyc)
-
-    async def liveness(websocket: WebSocket) -> None:
-        if not same_origin(websocket.headers):
-            await websocket.close(code=1008)
-            return
-        await websocket.accept()
-        who = client_address(websocket.scope, websocket.headers, settings)
-        session = LivenessRelay(websocket, settings, kyc, client_pseudonym(who))
-        if not limiter.allow(who, "session", settings.sessions_per_minute):
-            await session.fail("busy", 1013)
-            return
-        await session.run()
-
+    work = WorkRoutes(settings, kyc)
     routes = [
         Route("/", index),
         Route("/healthz", healthz),
         Route("/api/config", config),
-        Route("/api/verify", verify, methods=["POST"]),
-        WebSocketRoute("/ws/liveness", liveness),
+        Route("/api/verify", work.verify, methods=["POST"]),
+        WebSocketRoute("/ws/liveness", work.liveness),
         Mount("/static", StaticFiles(directory=str(static_dir())), name="static"),
     ]
 
@@ -265,6 +299,55 @@ def create_app(settings: WebSettings, kyc_client: Callable[[], Any] | None = Non
                      lifespan=lifespan)
 
 
+class WorkRoutes:
+    """The routes that do work, each within its bounds: ``POST /api/verify`` (a rate and
+    uploads at once per client, the uploads' pace and memory, then a place among the
+    verifications at once) and ``WS /ws/liveness`` (a rate and sessions at once per
+    client, the session's deadline). ``kyc()``: the AsyncKycClient."""
+
+    def __init__(self, settings: WebSettings, kyc: Callable[[], Any]) -> None:
+        self.settings, self.kyc, self.limiter = settings, kyc, RateLimiter()
+        self.verifying = asyncio.Semaphore(settings.max_verifications)
+        self.reading = PerClient(settings.uploads_per_client)  # uploads being read
+        self.budget = UploadBudget(settings.upload_memory_bytes)  # their memory, in all
+        self.sessions = PerClient(settings.sessions_per_client)  # liveness sessions
+
+    async def verify(self, request: Request) -> Response:
+        settings, started = self.settings, time.perf_counter()
+        who = client_address(request.scope, request.headers, settings)
+        if not self.limiter.allow(who, "verify", settings.verifications_per_minute) \
+                or not self.reading.take(who):
+            return _error("busy", 429)
+        try:  # the body is read holding no verification, within its pace and the budget
+            upload = await read_upload(request.headers, request.stream(),
+                                       settings.max_image_bytes, settings.upload_pace,
+                                       self.budget)
+        except BadInputError as exc:  # what is still sent is dropped (cli/web.py: till head_s)
+            return _error(exc.code, exc.status)
+        finally:
+            self.reading.give(who)
+        if self.verifying.locked():  # the excess is answered now: a queue holds images
+            return _error("busy", 503)
+        async with self.verifying:
+            return await verify_upload(upload, self.kyc, started)
+
+    async def liveness(self, websocket: WebSocket) -> None:
+        if not same_origin(websocket.headers):
+            await websocket.close(code=1008)
+            return
+        await websocket.accept()
+        who = client_address(websocket.scope, websocket.headers, self.settings)
+        session = LivenessRelay(websocket, self.settings, self.kyc, client_pseudonym(who))
+        if not self.limiter.allow(who, "session", self.settings.sessions_per_minute) \
+                or not self.sessions.take(who):
+            await session.fail("busy", 1013)
+            return
+        try:
+            await session.run()
+        finally:
+            self.sessions.give(who)
+
+
 def page_config(settings: WebSettings) -> dict:
     """What ``GET /api/config`` tells the page: its limits, capture rate and attempts,
     and the words of each error code."""
@@ -274,20 +357,15 @@ def page_config(settings: WebSettings) -> dict:
             "max_session_s": settings.max_session_s, "errors": words.ERROR}
 
 
-async def verify_request(request: Request, settings: WebSettings,
-                         kyc: Callable[[], Any]) -> Response:
-    """One ``POST /api/verify`` past the limits: the upload read within caps, sent to
-    ``kyc()`` (an AsyncKycClient), its decision in plain words (:func:`told`); each
-    failure as an error code and an HTTP status."""
+async def verify_upload(upload: Upload, kyc: Callable[[], Any], started: float) -> Response:
+    """One ``POST /api/verify``'s upload, read and checked, sent to ``kyc()`` (an
+    AsyncKycClient): its decision in plain words (:func:`told`), or a failure as an
+    error code and an HTTP status."""
     from starlette.responses import JSONResponse
 
     from kyc_tools.client import KycError, KycInputError, KycTimeoutError, KycUnavailableError
 
-    started, rid = time.perf_counter(), uuid.uuid4().hex[:12]
-    try:
-        upload = await read_upload(request.headers, request.stream(), settings.max_image_bytes)
-    except BadInputError as exc:
-        return _error(exc.code, exc.status)
+    rid = uuid.uuid4().hex[:12]
     try:
         result = await kyc().verify(upload.document, upload.selfie, upload.token,
                                     application=upload.application)

@@ -7,10 +7,16 @@ session was bound to (text). Each part is kept as it arrives, so a
 verification holds about its images' size (a JSON body of base64 held three times
 that: 70 MiB at the peak for a 21 MiB body). A JSON body ``{"document", "selfie",
 "liveness_token"}`` (base64 each) is still read, capped before it is parsed.
+
+A body must also come in at a pace (:class:`Pace`: a deadline that grows with what has
+come, and a longest gap; else 408 ``too_slow``), and the bodies being read hold at most
+a budget of memory in all (:class:`UploadBudget`; past it, 503 ``busy``): a slow client
+holds a connection, never a verification, and no more memory than it has sent.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -37,6 +43,63 @@ def too_large() -> BadInputError:
     return BadInputError("too_large", 413)
 
 
+def too_slow() -> BadInputError:
+    return BadInputError("too_slow", 408)
+
+
+@dataclass(frozen=True)
+class Pace:
+    """How fast a body must come in: within ``grace_s`` plus one second for each
+    ``min_bytes_per_s`` received so far, with no gap between two chunks longer than
+    ``idle_s`` (the defaults and why: ``kyc_tools.web.app.WebSettings``)."""
+
+    grace_s: float
+    min_bytes_per_s: float
+    idle_s: float
+
+
+class UploadBudget:
+    """The memory the bodies being read hold, all together, at most ``limit``: each
+    counted at twice the bytes it has received (its peak as it is parsed: about 1.5
+    times as a form, twice as JSON, docs/reliability.md). A trickle holds what it has
+    sent, not what it declares."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.held = limit, 0
+
+
+class BodyRead:
+    """One body as it is read (:meth:`chunks`): within its pace (None: no deadline) and
+    its budget; :meth:`close` gives its share of the budget back."""
+
+    def __init__(self, budget: UploadBudget, pace: Pace | None) -> None:
+        self.budget, self.pace, self.held = budget, pace, 0
+
+    async def chunks(self, stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        """``stream``'s chunks; :class:`BadInputError` ``too_slow`` (408) once the body
+        falls behind its pace, ``busy`` (503) for a chunk past the budget (never waits)."""
+        loop, pace = asyncio.get_running_loop(), self.pace
+        started, received, chunks = loop.time(), 0, aiter(stream)
+        while True:
+            wait = None if pace is None else min(
+                pace.idle_s, started + pace.grace_s + received / pace.min_bytes_per_s - loop.time())
+            try:
+                chunk = await asyncio.wait_for(anext(chunks, None), wait)
+            except asyncio.TimeoutError:  # (Python 3.10's is not the builtin)
+                raise too_slow() from None
+            if chunk is None:
+                return
+            cost = 2 * len(chunk)
+            if self.budget.held + cost > self.budget.limit:
+                raise BadInputError("busy", 503)
+            self.budget.held, self.held, received = (self.budget.held + cost, self.held + cost,
+                                                     received + len(chunk))
+            yield chunk
+
+    def close(self) -> None:
+        self.budget.held, self.held = self.budget.held - self.held, 0
+
+
 @dataclass(frozen=True)
 class Upload:
     """One verification's inputs."""
@@ -59,13 +122,25 @@ def body_cap(caps: Mapping[str, int]) -> int:
 
 
 async def read_upload(headers: Mapping[str, str], stream: AsyncIterator[bytes],
-                      max_image_bytes: int) -> Upload:
+                      max_image_bytes: int, pace: Pace | None = None,
+                      budget: UploadBudget | None = None) -> Upload:
     """The verification's inputs from a form or a JSON body, or :class:`BadInputError`.
-    A body that says it is larger than it may be is refused before it is read."""
+    A body that says it is larger than it may be is refused before it is read; one
+    slower than ``pace`` or past ``budget`` while it is read (None: no bound), when it
+    falls behind. Its share of the budget is given back however the read ends."""
     caps = field_caps(max_image_bytes)
     declared = headers.get("content-length", "")
     if declared.isdigit() and int(declared) > body_cap(caps):
         raise too_large()
+    read = BodyRead(budget or UploadBudget(2 * body_cap(caps)), pace)
+    try:
+        return await parse_upload(headers, read.chunks(stream), caps)
+    finally:
+        read.close()  # its memory is the verification's now, or garbage
+
+
+async def parse_upload(headers: Mapping[str, str], stream: AsyncIterator[bytes],
+                       caps: Mapping[str, int]) -> Upload:
     kind = headers.get("content-type", "")
     if kind.lower().startswith("multipart/form-data"):
         fields = await read_form(stream, boundary_of(kind), caps)

@@ -28,6 +28,8 @@ ERROR = {
     "expired": "The session has expired. Please start again.",
     "too_fast": "The camera sent pictures too fast.",
     "too_large": "That file is too large.",
+    "too_slow": "Your connection is too slow to send the photos. Please try again on a "
+                "better connection.",
     "bad_image": "That file is not a photo we can read (JPEG, PNG or WebP).",
     "bad_request": "This request is not one this page sends. Please start again.",
     "unavailable": "The verification service is not available. Please try again later.",
