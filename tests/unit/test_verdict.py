@@ -188,3 +188,15 @@ def test_the_verdict_names_the_model_versions_serving_not_the_newest_on_disk(tmp
     assert report["models"] == {"antifraud": 3, "face_embedding": 1}
     everything = _verify(_step(repository=Repository(tmp_path)), _token(None), None)
     assert everything["models"] == {"antifraud": 3, "face_embedding": 2, "gone": 1}
+
+
+def test_the_sdks_verification_checks_its_report_as_a_backend_must():
+    from kyc_tools.client import Verification
+
+    signed = SIGNER.sign(_report())
+    result = Verification("approve", [], 0.71, 0.9, 0.02, json.loads(json.dumps(signed)))
+    assert result.signed(PUBLIC, application="A-1", now=NOW + 1)["document"]["fields"]
+    with pytest.raises(VerdictError, match="another application"):
+        result.signed(PUBLIC, application="A-2", now=NOW + 1)
+    with pytest.raises(VerdictError, match="older than"):
+        result.signed(PUBLIC, application="A-1", now=NOW + 10 * MAX_AGE_S)

@@ -212,14 +212,16 @@ class Verification:
     def approved(self) -> bool:
         return self.decision == "approve"
 
-    def signed(self, public_key: str | bytes) -> dict:
-        """The verdict's signed claims (decision, reasons, application, images, model
-        versions), checked with the server's public key (``kyc keys verdict``); raises
-        :class:`kyc.verdict.VerdictError` when the report was altered or signed by
-        another key. Trust these, not the unsigned rest of the report."""
+    def signed(self, public_key: str | bytes, *, application: str | None, **checks) -> dict:
+        """The signed REPORT, checked with the server's public key (``kyc verdict
+        public-key``), for the ``application`` you gave this verification (None: none);
+        ``checks``: :func:`kyc.verdict.verify_verdict`'s ``max_age_s``, ``now``,
+        ``images``. Raises :class:`kyc.verdict.VerdictError` when anything in the report
+        was altered, it was signed by another key, or is of another application or too
+        old."""
         from kyc.verdict import verify_verdict
 
-        return verify_verdict(self.report, public_key)
+        return verify_verdict(self.report, public_key, application=application, **checks)
 
     @classmethod
     def from_result(cls, result: Any) -> Verification:
