@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 REPOSITORY ?= model_repository
 PYTEST_ARGS ?=
 
-.PHONY: setup deps models serve test lint unit integration check clean lock runtime deps-locked bench-tools perf-analyzer model-analyzer \
+.PHONY: setup deps models serve test lint unit integration check clean lock runtime deps-locked bench-tools perf-analyzer model-analyzer mutate \
 	wheelhouse image image-cpu image-base-cpu
 
 ## setup: idempotent; .venv, Debian packages, the project, default model weights
@@ -83,6 +83,18 @@ model-analyzer: $(VENV)/.installed-model-analyzer
 $(VENV)/.installed-model-analyzer: $(VENV)/.installed-perf-analyzer scripts/model-analyzer.sh \
 	locks/model-analyzer-py$(PYVER).lock
 	bash scripts/model-analyzer.sh $(VENV)
+	touch $@
+
+## mutate: mutation testing of the decision side (mutmut, locks/mutmut-py3.X.lock; not part
+## of make test): custody, the verdict, the policy, the ledger, the seal, the visual zone
+## against their unit tests (scripts/mutate.sh; the counts: docs/mutation-testing.md)
+mutate: $(VENV)/.installed-mutmut
+	bash scripts/mutate.sh $(VENV)
+
+# redis-server for the ledger's tests (system-deps --test; tests/conftest.py starts it).
+$(VENV)/.installed-mutmut: $(VENV)/.installed locks/mutmut-py$(PYVER).lock scripts/system-deps.sh
+	bash scripts/system-deps.sh $(PYVER) --test
+	$(PIP) --require-hashes -r locks/mutmut-py$(PYVER).lock
 	touch $@
 
 # deploy/ checks (make test only): Prometheus from Debian; kubectl (kustomize), which is

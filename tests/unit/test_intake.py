@@ -18,7 +18,7 @@ import fake_triton
 import hostile
 from fake_triton import FakeError, FakeTensor
 from kyc.image import ImageError, ImageLimits, check_image, decode_image
-from kyc.intake import IMAGE_INPUTS, IntakeSettings, check_images
+from kyc.intake import IMAGE_INPUTS, IntakeSettings, admission, check_images
 from kyc.settings import from_parameters
 from kyc_testing import SHIPPED_REPOSITORY
 from kyc_tools.assets.fetch import fetch_test_photos
@@ -77,7 +77,13 @@ def test_check_images_names_the_first_bad_input(photos):
 
 
 @pytest.fixture
-def model(monkeypatch):
+def model(monkeypatch, tmp_path):
+    """kyc_intake as the stub loads it, its admission state in this test's own folder: in
+    /dev/shm under the parent's pid, every test run of one parent (mutmut's workers, two
+    runs in one process) would find the places an earlier run took and never gave back."""
+    shm_path = admission.shm_path
+    monkeypatch.setattr(admission, "shm_path",
+                        lambda pid, entry: shm_path(pid, entry, tmp_path))
     fake_triton.install(monkeypatch)
     return fake_triton.served(SHIPPED_REPOSITORY, "kyc_intake")
 

@@ -148,7 +148,9 @@ class FolderLedger:
               holder: str) -> Spend:
         self._prune()
         name = hashlib.sha256(token_id.encode()).hexdigest()[:32]
-        previous = None if self._put(name, f"{expires_at:.0f} {holder}") else (
+        # the expiry rounded up: a file swept before its token expires frees it to be spent
+        # again (rounded to the nearest second, it was, for the last half second)
+        previous = None if self._put(name, f"{math.ceil(expires_at)} {holder}") else (
             self._read(name) or " ").split(" ", 1)[1]
         return _settled(self.began, issued_at, previous, holder)
 
