@@ -45,6 +45,16 @@ ln -s ../../tests "$work/tests"
 ln -s ../../pyproject.toml "$work/pyproject.toml"
 ln -s "$root/model_repository" "$work/mutants/model_repository"
 cd "$work"
+# pytest's temporary folders here: a worker killed for its time (a mutant that hangs) never
+# stops the redis-server its session started (tests/conftest.py), which runs in one of them
+export TMPDIR=$PWD/tmp
+mkdir -p "$TMPDIR"
+stop_strays() {
+  for pid in $(pgrep -x redis-server || true); do
+    case "$(readlink "/proc/$pid/cwd" 2>/dev/null)" in "$TMPDIR"/*) kill "$pid" ;; esac
+  done
+}
+trap stop_strays EXIT
 echo "mutmut $("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("mutmut"))')" \
   "on $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs))"
 start=$(date +%s)
