@@ -67,4 +67,6 @@ no_deps locks/build.lock setuptools wheel
 # uv names the temporary constraints file it was given: name the real one, so that a
 # run that changes nothing leaves the locks as they were.
 sed -i "s|$constraints|constraints.txt|" locks/*.lock
+# make mutate's tool, at the versions of the dev locks just written
+bash scripts/mutate.sh --lock
 echo "locks/ regenerated"

@@ -64,7 +64,7 @@ VISUAL_LINES = [{"text": "Surname/Nom BERG", "confidence": 0.95},
 
 
 def request(images: dict | None = None, application: str | None = None,
-            **changes) -> Request:
+            sealer: Sealer = CUSTODY, **changes) -> Request:
     """kyc_decision's inputs for one customer (batch of 1), as the pipeline seals and
     attests them: both faces found (the same face), a valid MRZ whose surname and number
     the visual zone shows, no liveness token; sent with ``application``."""
@@ -77,7 +77,7 @@ def request(images: dict | None = None, application: str | None = None,
               "LIVENESS_TOKEN": np.array([[b""]], dtype=np.object_)}
     params = {} if application is None else {"kyc_application": application}
     return Request(sealed({k: v for k, v in {**arrays, **changes}.items() if v is not None},
-                          images=images, application=application), parameters=params)
+                          sealer, images=images, application=application), parameters=params)
 
 
 def embed(faces: np.ndarray) -> np.ndarray:
@@ -93,33 +93,37 @@ class TicketsBack:
 
     def __init__(self) -> None:
         self.rows: list = []
+        self.times: list[float] = []  # when each give-back was made, as the step said
 
     def give_back(self, rows, now: float) -> None:
         self.rows.extend(rows)
+        self.times.append(now)
 
 
 def decision_step(key: bytes, settings=None, *, ledger_began: float = NOW - 60,
-                  clock: float = NOW + 1, **options):
-    """kyc_decision's step over the stand-in embedding, antifraud answering 0, the custody
-    key, the token key ``key``, a ledger that began ``ledger_began`` and the time ``clock``."""
+                  clock: float = NOW + 1, score=None, embedder=None, **options):
+    """kyc_decision's step over ``embedder`` (default: the stand-in embedding), antifraud
+    answering ``score`` (default 0), the custody key, the token key ``key``, a ledger
+    that began ``ledger_began`` and the time ``clock``."""
     from kyc.decision.ledger import MemoryLedger
     from kyc.decision.policy import DecisionSettings
     from kyc.decision.step import DecisionStep
     from kyc.liveness.token import TokenSealer
 
     return DecisionStep(settings or DecisionSettings(), 0.363, TokenSealer(key),
-                        lambda f: np.zeros((len(f), 1), np.float32), embed, CUSTODY,
+                        score or (lambda f: np.zeros((len(f), 1), np.float32)),
+                        embedder or embed, CUSTODY,
                         today=lambda: TODAY, clock=lambda: clock,
                         ledger=MemoryLedger(lambda: ledger_began), **options)
 
 
 def live_token(key: bytes, application: str | None, issued_at: float = NOW,
-               face: bool = True) -> np.ndarray:
+               face: bool = True, score: float = 0.97) -> np.ndarray:
     """A LIVENESS_TOKEN tensor of a live session with passive PAD, bound to
     ``application``, carrying the stand-in embedding of a zero face (or none)."""
     from kyc.liveness.token import LivenessClaims, TokenSealer
 
     embedding = embed(np.zeros((1, 112, 112, 3), np.uint8))[0] if face else None
-    claims = LivenessClaims("s1", True, 0.97, issued_at, issued_at + 120, ("left", "right"),
+    claims = LivenessClaims("s1", True, score, issued_at, issued_at + 120, ("left", "right"),
                             embedding, {"passive_pad": True}, application, secrets.token_hex(16))
     return np.array([[TokenSealer(key).seal(claims)]], dtype=np.object_)

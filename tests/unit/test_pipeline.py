@@ -211,6 +211,11 @@ def test_serving_code_loads_neither_the_grpc_client_nor_the_tooling():
         repository = Path({str(SHIPPED_REPOSITORY)!r})
         mp = pytest.MonkeyPatch()
         fake_triton.install(mp)
+        import tempfile
+        import kyc.decision.ledger, kyc.intake.admission as admission
+        shm = Path(tempfile.mkdtemp())  # the ledger and the admission state: not /dev/shm
+        mp.setattr(kyc.decision.ledger, "SHM_DIR", shm)
+        mp.setattr(admission, "SHM_DIR", shm)
         for name in ("face_preprocess", "kyc_intake", "ocr_preprocess", "ocr_postprocess",
                      "kyc_decision", "liveness_sequence"):
             fake_triton.served(repository, name)

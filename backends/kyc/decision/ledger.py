@@ -112,9 +112,10 @@ class MemoryLedger:
             return _settled(self.began, issued_at, previous and previous[1], holder)
 
 
-def shm_folder(server_pid: int, shm_dir: Path = SHM_DIR) -> Path:
-    """The folder ledger of the tritonserver ``server_pid`` (removed when it stops)."""
-    return shm_dir / f"kyc_{server_pid}_ledger"
+def shm_folder(server_pid: int, shm_dir: Path | None = None) -> Path:
+    """The folder ledger of the tritonserver ``server_pid`` (removed when it stops), in
+    ``shm_dir`` (default :data:`SHM_DIR`)."""
+    return (shm_dir or SHM_DIR) / f"kyc_{server_pid}_ledger"
 
 
 class FolderLedger:

@@ -79,12 +79,12 @@ MAGIC = 20261128.0
 SHM_DIR = Path("/dev/shm")
 
 
-def shm_path(server_pid: int, entry: str, shm_dir: Path = SHM_DIR) -> Path:
+def shm_path(server_pid: int, entry: str, shm_dir: Path | None = None) -> Path:
     """The state file of ``entry`` in the tritonserver ``server_pid`` (removed when it
-    stops)."""
+    stops), in ``shm_dir`` (default :data:`SHM_DIR`)."""
     if entry not in ENTRIES:
         raise ValueError(f"no admission control for {entry!r}")
-    return shm_dir / f"kyc_{server_pid}_admission_{entry}"
+    return (shm_dir or SHM_DIR) / f"kyc_{server_pid}_admission_{entry}"
 
 
 @dataclass(frozen=True)
