@@ -19,7 +19,9 @@ CASES = 2  # one per pair of real photos (person_a, person_b)
 
 
 def unsigned(report: dict) -> dict:
-    return {k: v for k, v in report.items() if k != "signature"}
+    """A REPORT without what each signer puts there on its own: its signature, and the
+    second it signed at."""
+    return {k: v for k, v in report.items() if k not in ("signature", "issued_at")}
 
 
 @pytest.fixture(scope="module")

@@ -101,7 +101,7 @@ class FakeServer:
         self.done, self.due = 0, None
 
     async def infer(self, model, inputs, *, sequence_id, sequence_start, sequence_end,
-                    client_timeout):
+                    client_timeout, headers=None):
         assert model == MODEL and len(inputs) == 1
         await asyncio.sleep(0.001)  # a (very fast) server
         self.requests.append((sequence_id, inputs[0], sequence_start, sequence_end))
