@@ -30,7 +30,7 @@ from kyc.pipeline.seal import (
     digest,
     text_of,
 )
-from kyc.pipeline.step import RequestError
+from kyc.pipeline.step import RequestError, encoded_items
 
 # decision input prefix (before face_preprocess's output names) -> the image the seal
 # names for it
@@ -76,9 +76,11 @@ def check_custody(sealer: Sealer, arrays: Mapping[str, np.ndarray], now: float,
 
 
 def token_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
-    """The request's liveness token (b"": none), as kyc_intake sealed it."""
-    value = _row(arrays, TOKEN_INPUT).reshape(-1)[0]
-    return value if isinstance(value, bytes) else str(value).encode()
+    """The request's liveness token (b"": none), read as kyc_intake read it to seal it."""
+    tokens = encoded_items(arrays, TOKEN_INPUT)
+    if len(tokens) != 1:
+        raise SealError(f"{TOKEN_INPUT} holds {len(tokens)} rows, one is expected")
+    return tokens[0]
 
 
 def _same(attested: str, sealed: str, what: str) -> None:

@@ -34,7 +34,6 @@ import enum
 import hashlib
 import math
 import os
-import secrets
 import socket
 import stat
 import threading
@@ -42,6 +41,8 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
+
+from kyc.files import put_new_file
 
 ENV_LEDGER = "KYC_TOKEN_LEDGER"
 KEY_PREFIX = "kyc:token:"
@@ -157,19 +158,7 @@ class FolderLedger:
 
     def _put(self, name: str, text: str) -> bool:
         """Write ``name`` unless it exists: True when this call wrote it."""
-        temporary = self.folder / f".{name}.{secrets.token_hex(6)}"
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        try:
-            os.write(fd, text.encode())
-        finally:
-            os.close(fd)
-        try:
-            os.link(temporary, self.folder / name)
-            return True
-        except FileExistsError:
-            return False
-        finally:
-            os.unlink(temporary)
+        return put_new_file(self.folder / name, text.encode())
 
     def _read(self, name: str) -> str | None:
         try:

@@ -31,6 +31,7 @@ from kyc.pipeline.seal import (
     SEAL_MAX_AGE_S,
     Sealer,
     SealError,
+    attestation_image,
     attestations,
     digest,
     pipeline_sealer,
@@ -156,8 +157,7 @@ def _proven_read(answer: Answer | None, row: int, document: str) -> bool:
     of digest ``document`` (its ATTESTATION names the image the canvas came from)."""
     if not isinstance(answer, dict):
         return False
-    attested = text_of(answer["ATTESTATION"], row).split(".")
-    return (len(attested) == 3 and attested[1] == document
+    return (attestation_image(text_of(answer["ATTESTATION"], row)) == document
             and bool(json.loads(text_of(answer["TEXT_LINES"], row))))
 
 

@@ -92,16 +92,15 @@ def key_id(key: bytes) -> str:
     return hashlib.sha256(b"kyc-liveness-token-key-id\0" + key).hexdigest()[:KEY_ID_CHARS]
 
 
-def create_key_file(path: Path) -> Path:
-    """Write a new random key (base64) to ``path``, readable by its owner only, unless
-    the file exists already."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return path
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(base64.b64encode(secrets.token_bytes(KEY_BYTES)) + b"\n")
+def create_key_file(path: Path, text: str | None = None) -> Path:
+    """Write a new random key (base64 of :data:`KEY_BYTES`; or ``text``) to ``path``,
+    readable by its owner only, whole or not at all, unless the file exists already
+    (another start's: it wins)."""
+    from kyc.files import put_new_file
+
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    key = text if text is not None else base64.b64encode(secrets.token_bytes(KEY_BYTES)).decode()
+    put_new_file(path, (key + "\n").encode())
     return path
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections import Counter
 from typing import Any
 
 
@@ -107,8 +106,10 @@ def bounded_h11(settings) -> type:
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
-    cap = settings.connections_per_client if settings.trusted_proxies == 0 else None
-    open_by_peer: Counter[str] = Counter()
+    from kyc_tools.web.app import PerClient
+
+    by_peer = PerClient(settings.connections_per_client) if settings.trusted_proxies == 0 \
+        else None
 
     class BoundedH11Protocol(H11Protocol):
         peer: str | None = None  # while counted
@@ -117,11 +118,10 @@ def bounded_h11(settings) -> type:
         def connection_made(self, transport) -> None:
             super().connection_made(transport)
             peer = self.client[0] if self.client else None
-            if cap is not None and peer is not None:
-                if open_by_peer[peer] >= cap:
+            if by_peer is not None and peer is not None:
+                if not by_peer.take(peer):
                     transport.close()
                     return
-                open_by_peer[peer] += 1
                 self.peer = peer
             self._await_head()
 
@@ -155,9 +155,7 @@ def bounded_h11(settings) -> type:
                 self.head_timer.cancel()
                 self.head_timer = None
             if self.peer is not None:
-                open_by_peer[self.peer] -= 1
-                if open_by_peer[self.peer] <= 0:
-                    del open_by_peer[self.peer]
+                by_peer.give(self.peer)  # type: ignore[union-attr]
                 self.peer = None
 
     return BoundedH11Protocol

@@ -106,26 +106,11 @@ def development_client_key(path: Path | None = None) -> str:
     :func:`client_key_problems` allows), made on first start into a file only its owner
     reads, beside the admin key, where this machine's clients find it
     (:func:`kyc_tools.channel.client_key`)."""
+    from kyc.liveness.token import create_key_file
     from kyc_tools.channel import default_client_key_file
 
-    path = path or default_client_key_file()
-    if not path.exists():
-        _write_new_secret(path, secrets.token_hex(24))
+    path = create_key_file(path or default_client_key_file(), secrets.token_hex(24))
     return path.read_text(encoding="ascii").strip()
-
-
-def _write_new_secret(path: Path, text: str) -> None:
-    """``text`` into a new file at ``path`` readable by its owner only, whole or not at
-    all (written aside, then linked in); a file already there, another start's, wins."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, aside = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # mode 0600
-    try:
-        with os.fdopen(fd, "w", encoding="ascii") as handle:
-            handle.write(text + "\n")
-        with contextlib.suppress(FileExistsError):
-            os.link(aside, path)
-    finally:
-        os.unlink(aside)
 
 
 def client_key_problems(client_key: str | None) -> list[str]:
