@@ -12,14 +12,23 @@ from kyc_tools.eval.document_cases import TALLIES, rates, render_cases, score
 
 @pytest.fixture(scope="module")
 def cases():
-    return render_cases(2, [None])
+    return render_cases(3, [None])
 
 
-def test_cases_alternate_passport_and_id_card_and_are_seeded(cases):
-    assert [c.kind for c in cases] == ["td3", "td1"]
-    again = render_cases(2, [None])
+def test_cases_are_td1_td2_and_td3_in_turn_and_are_seeded(cases):
+    assert [c.kind for c in cases] == ["td1", "td2", "td3"]
+    assert [(len(c.mrz_lines), len(c.mrz_lines[0])) for c in cases] == [(3, 30), (2, 36),
+                                                                         (2, 44)]
+    again = render_cases(3, [None])
     assert [c.mrz_lines for c in again] == [c.mrz_lines for c in cases]
     assert all(c.image[:2] == b"\xff\xd8" for c in cases)  # JPEG
+
+
+def test_page_i_is_drawn_from_seed_plus_i(cases):
+    shifted = render_cases(2, [None], seed=6999)[1]  # seed 7000 again, now drawn as a TD2
+    assert shifted.kind == "td2"
+    for name in ("document_number", "birth_date", "expiry_date"):
+        assert shifted.fields[name] == cases[0].fields[name]
 
 
 def test_the_printed_mrz_read_back_scores_every_tally(cases):
@@ -29,7 +38,9 @@ def test_the_printed_mrz_read_back_scores_every_tally(cases):
         assert tallies == {"documents": 1, "mrz_found": 1, "mrz_exact": 1, "fields_exact": 1,
                            "fields_correct": len(case.fields),
                            "fields_total": len(case.fields), "valid": 1,
-                           "valid_but_wrong": 0, "tampered": 0, "tampered_flagged": 0}
+                           "valid_but_wrong": 0, "tampered": 0, "tampered_flagged": 0,
+                           "genuine_not_valid": 0, "genuine_not_valid_retake": 0,
+                           "genuine_rejected_for_misread": 0}
 
 
 def test_one_wrong_field_costs_one_field_and_the_document_not_the_mrz_found(cases):

@@ -6,7 +6,10 @@ same ``parse_mrz``, without the recogniser's probabilities it has no mending).
 Each document goes through ``document_ocr`` (the ensemble the customer's request takes)
 one at a time, so the time per document is the latency one customer sees on an idle
 server. The tallies are :mod:`kyc_tools.eval.document_cases`'s (the bench's): MRZ found,
-exact lines, exact fields, valid; plus per-field accuracy and check-digit failures.
+exact lines, exact fields, valid, genuine pages reported not valid (another photo asked
+for, or rejected for a misread); plus per-field accuracy and check-digit failures, and
+the tallies per kind of page (``by_kind_of_page``: the hard cases of
+:data:`~kyc_tools.eval.document_cases.CATEGORIES`, each from its printed MRZ).
 Only counts and rates are reported: never a text that was read.
 """
 
@@ -25,7 +28,7 @@ import numpy as np
 from kyc_tools.eval import metrics
 from kyc_tools.eval.calls import each, error_text
 from kyc_tools.eval.data import DocumentSample, read_documents
-from kyc_tools.eval.document_cases import DocumentCase, rates, score
+from kyc_tools.eval.document_cases import DocumentCase, by_category, categories, rates, score
 from kyc_tools.eval.server import EvalServer, pick_versions
 from kyc_tools.liveness_client import bytes_input
 
@@ -50,17 +53,20 @@ def tally(samples: Sequence[DocumentSample], read: Sequence[tuple[dict, float] |
     field_right: Counter[str] = Counter()
     field_seen: Counter[str] = Counter()
     check_failures: Counter[str] = Counter()
-    times, errors = [], []
+    times, errors, scored = [], [], []
     failing_documents = 0
     for sample, outcome in zip(samples, read, strict=True):
+        case = DocumentCase(b"", sample.kind, sample.mrz_lines, sample.fields, sample.tampered)
         if isinstance(outcome, Exception):
             errors.append({"document": sample.path.name, "error": error_text(outcome)})
             totals["documents"] += 1
+            scored.append((categories(case), {"documents": 1}))
             continue
         document, took = outcome
         times.append(took)
-        case = DocumentCase(b"", sample.kind, sample.mrz_lines, sample.fields, sample.tampered)
-        totals.update(score(document, case))
+        tallies = score(document, case)
+        totals.update(tallies)
+        scored.append((categories(case), tallies))
         fields = document.get("fields") or {}
         for name, value in sample.fields.items():
             field_seen[name] += 1
@@ -81,6 +87,10 @@ def tally(samples: Sequence[DocumentSample], read: Sequence[tuple[dict, float] |
         "valid_but_wrong": totals["valid_but_wrong"],
         "tampered": totals["tampered"],
         "tampered_flagged": totals["tampered_flagged"],
+        "genuine_not_valid": totals["genuine_not_valid"],
+        "genuine_not_valid_retake": totals["genuine_not_valid_retake"],
+        "genuine_rejected_for_misread": totals["genuine_rejected_for_misread"],
+        "by_kind_of_page": by_category(scored),
         "errors": errors,
         "seconds_per_document_p50": round(float(np.median(times)), 3) if times else None,
         "seconds_per_document_p95": (round(float(np.quantile(times, 0.95)), 3)

@@ -261,6 +261,12 @@ def _documents_lines(result: Mapping[str, Any], versions: dict, names: list[str]
     if any(v.get("tampered") for v in columns.values()):
         rows.append(["tampered pages reported not valid"] + [
             f"{v['tampered_flagged']} of {v['tampered']}" for v in columns.values()])
+    for label, key in (("genuine pages reported not valid", "genuine_not_valid"),
+                       ("of them, another photo asked for (`misread` named)",
+                        "genuine_not_valid_retake"),
+                       ("genuine pages rejected for a misread (must be 0)",
+                        "genuine_rejected_for_misread")):
+        rows.append([label] + [v.get(key, "-") for v in columns.values()])
     rows.append(["s per document, p50 / p95"] + [
         f"{v['seconds_per_document_p50']} / {v['seconds_per_document_p95']}"
         for v in columns.values()])
@@ -270,7 +276,38 @@ def _documents_lines(result: Mapping[str, Any], versions: dict, names: list[str]
                                  for v in columns.values()] for n in fields]
     kinds = ", ".join(f"{k} {n}" for k, n in result["kinds"].items())
     return [f"{result['documents']} documents ({kinds}), each through `document_ocr` "
-            "alone (an idle server).", "", *_table(["", *columns], rows), ""]
+            "alone (an idle server).", "", *_table(["", *columns], rows), "",
+            *_documents_by_kind(columns)]
+
+
+def _documents_by_kind(columns: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The table "By kind of page": one row per kind of page met (a page is in several),
+    one column per version and peer, each cell the counts of that kind."""
+    from kyc_tools.eval.document_cases import CATEGORIES
+
+    met = [k for k in CATEGORIES
+           if any(k in (v.get("by_kind_of_page") or {}) for v in columns.values())]
+    if not met:
+        return []
+
+    def cell(counts: Mapping[str, int] | None) -> str:
+        if not counts:
+            return "-"
+        return (f"{counts['mrz_found']} / {counts['mrz_exact']} / {counts['fields_exact']} / "
+                f"{counts['valid_but_wrong']} / {counts['genuine_not_valid']} "
+                f"({counts['genuine_rejected_for_misread']})")
+
+    rows = []
+    for kind in met:
+        per_column = [(v.get("by_kind_of_page") or {}).get(kind) for v in columns.values()]
+        documents = max((c["documents"] for c in per_column if c), default=0)
+        rows.append([CATEGORIES[kind], documents] + [cell(c) for c in per_column])
+    return ["### By kind of page", "",
+            "Each kind of page is read from what is printed on it; a page counts in every "
+            "kind it is. Each cell: MRZ read / MRZ lines exact / every field exact / "
+            "reported valid but wrong / genuine pages reported not valid (of them rejected "
+            "for a misread, which must be 0).", "",
+            *_table(["kind of page", "documents", *columns], rows), ""]
 
 
 def _antifraud_lines(result: Mapping[str, Any], versions: dict, names: list[str]) -> list[str]:

@@ -9,7 +9,10 @@ formats (``kyc_tools.eval.data``), to measure with and to copy the layout of.
   portraits taken from those photos; documents-harsh: as many again photographed as
   harshly as the held-out set of issue 37 (:data:`kyc_tools.synthetic.document.HARSH`: more
   blur, skew and JPEG damage, glare, a dim room), a fifth of them tampered (a digit
-  under a check digit altered on the page: they must read not valid).
+  under a check digit altered on the page: they must read not valid). Rendered from
+  fixed seeds (:data:`DOCUMENTS_SEED`, :data:`HARSH_SEED`), or from another
+  (``documents_seed``: documents/ from it, documents-harsh/ from the seed after them);
+  pages from :data:`HELD_OUT_SEED` on are held out.
 - liveness: bona fide sessions cut from real video of people (two clips of registry
   packages) and sessions of every attack species, presentation and injection,
   rendered from the photos and stills of the clips (:mod:`kyc_tools.eval.liveness_samples`).
@@ -28,11 +31,15 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps
 
+from kyc_tools.eval.document_cases import SEED as DOCUMENTS_SEED  # the pages of documents/
 from kyc_tools.eval.liveness_samples import write_liveness
 
 log = logging.getLogger(__name__)
 
 HARSH_SEED = 50000  # not the seeds the reader was tuned on (issue 37: 37000-39000)
+# Pages rendered from this seed on are held out: never looked at while building the MRZ
+# reader; read once at the end (docs/eval/README.md).
+HELD_OUT_SEED = 900000
 PEOPLE = {"person_a": ("person_a_1", "person_a_2"), "person_b": ("person_b_1", "person_b_2"),
           "impostor_1": ("impostor_1",), "impostor_2": ("impostor_2",)}
 
@@ -50,16 +57,21 @@ def write_faces(photos: dict[str, Path], out: Path) -> int:
     return sum(len(r) for r in PEOPLE.values())
 
 
-def write_documents(photos: dict[str, Path], out: Path, count: int, *, harsh: bool = False
-                    ) -> int:
+def write_documents(photos: dict[str, Path], out: Path, count: int, *, harsh: bool = False,
+                    seed: int | None = None) -> int:
+    """``count`` pages and their labels; ``seed``: the first page's (default
+    :data:`HARSH_SEED` when ``harsh``, else :data:`DOCUMENTS_SEED`)."""
     from kyc_tools.eval.document_cases import render_cases
     from kyc_tools.synthetic.document import HARSH, require_fonts
 
     require_fonts()
     out.mkdir(parents=True, exist_ok=True)
     portraits = [_rgb(photos[role]) for roles in PEOPLE.values() for role in roles]
-    cases = (render_cases(count, portraits, seed=HARSH_SEED, degradation=HARSH,
-                          tampered=count // 5) if harsh else render_cases(count, portraits))
+    if seed is None:
+        seed = HARSH_SEED if harsh else DOCUMENTS_SEED
+    cases = (render_cases(count, portraits, seed=seed, degradation=HARSH,
+                          tampered=count // 5) if harsh else
+             render_cases(count, portraits, seed=seed))
     for k, case in enumerate(cases):
         label = {"kind": case.kind, "mrz": list(case.mrz_lines), "fields": dict(case.fields)}
         if case.tampered:
@@ -70,17 +82,22 @@ def write_documents(photos: dict[str, Path], out: Path, count: int, *, harsh: bo
 
 
 def write_samples(out: Path, repository: Path, documents: int = 16,
-                  liveness: dict | None = None) -> dict[str, int]:
+                  liveness: dict | None = None, documents_seed: int | None = None
+                  ) -> dict[str, int]:
     """faces/, documents/ and liveness/ under ``out``; counts of what was written.
     ``liveness``: options of :func:`kyc_tools.eval.liveness_samples.write_liveness` (fewer
-    sessions, for a quick run)."""
+    sessions, for a quick run). ``documents_seed``: documents/ rendered from it and
+    documents-harsh/ from the seed after them (``documents_seed + documents``), instead of
+    the fixed seeds; :data:`HELD_OUT_SEED` or later for the held-out pages."""
     from kyc_tools.assets.fetch import fetch_test_photos
 
     photos = fetch_test_photos()
+    harsh_seed = None if documents_seed is None else documents_seed + documents
     counts = {"faces": write_faces(photos, out / "faces"),
-              "documents": write_documents(photos, out / "documents", documents),
+              "documents": write_documents(photos, out / "documents", documents,
+                                           seed=documents_seed),
               "documents-harsh": write_documents(photos, out / "documents-harsh", documents,
-                                                 harsh=True),
+                                                 harsh=True, seed=harsh_seed),
               "liveness": write_liveness(out / "liveness", repository, **(liveness or {}))}
     log.info("samples: %s", counts)
     return counts
