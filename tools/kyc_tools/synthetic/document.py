@@ -12,9 +12,12 @@ then photographs it: placed on a larger background, turned and skewed, lit
 unevenly, blurred, noisy and JPEG-compressed, moderately by default so that OCR
 can still read it.
 
-Document numbers use digits and only letters that OCR-B does not share a shape
-with a digit (as several issuers do): the MRZ reader deliberately leaves
-alphanumeric fields uncorrected (see mrz_correct).
+Document numbers and optional data span what ICAO Doc 9303 allows (A-Z, 0-9,
+fillers), drawn per issuer kind (:data:`NUMBER_KINDS`): digits only, letters only
+where OCR-B shares no shape with a digit (as several issuers do), and any letter,
+the look-alikes of a digit (O, I, B, D, S, Z, G, Q) included. Names run from two
+letters (a long run of fillers after them) to longer than the line holds (cut).
+A TD2 card (2 x 36) is drawn as well as TD1 and TD3.
 """
 
 from __future__ import annotations
@@ -31,28 +34,39 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from kyc.document.mrz import compose_mrz, parse_mrz
-from kyc.document.mrz_formats import CHECK_NAMES, DIGITS, format_for, resolved_checks
+from kyc.document.mrz_formats import CHECK_NAMES, DIGITS, FORMATS, format_for, resolved_checks
 
 FONT_DIR_DEJAVU = Path("/usr/share/fonts/truetype/dejavu")
 DEJAVU = FONT_DIR_DEJAVU / "DejaVuSans.ttf"
 DEJAVU_BOLD = FONT_DIR_DEJAVU / "DejaVuSans-Bold.ttf"
 OCR_B = Path("/usr/share/fonts/opentype/ocr-b/OCRB.otf")
 
-DocumentKind = Literal["td1", "td3"]
-MRZ_FORMAT = {"td1": "TD1", "td3": "TD3"}
+DocumentKind = Literal["td1", "td2", "td3"]
+MRZ_FORMAT = {"td1": "TD1", "td2": "TD2", "td3": "TD3"}
 
 SURNAMES = ("ERIKSSON", "MUELLER", "ROSSI", "GARCIA LOPEZ", "VAN DER BERG", "DUBOIS",
             "NOWAK", "JANSEN", "SILVA", "O'NEILL", "SMITH-JONES", "KOWALSKI", "LINDQVIST",
-            "FERREIRA", "DE LA CRUZ", "BERGER", "MARTIN", "NAGY", "HORVAT", "PETERSEN")
+            "FERREIRA", "DE LA CRUZ", "BERGER", "MARTIN", "NAGY", "HORVAT", "PETERSEN",
+            # short names leave long runs of fillers; long ones are cut to the line
+            "LI", "NG", "OE", "WU", "BO", "XU", "DIOP", "SZABO", "QUIROGA", "ZOBOLI",
+            "OBIOZOR", "DOBBS", "BOOTH", "IZZO", "VOSSBERG-ODDERSHEDE",
+            "WOLFESCHLEGELSTEINHAUSEN BERGERDORFF")
 GIVEN_NAMES = {
-    "F": ("ANNA", "MARIA", "SOFIA", "ELENA", "CLAIRE", "INGRID", "LUCIA", "EVA", "HANNA", "ZOE"),
-    "M": ("JOHN", "PETER", "LUCAS", "MARCO", "JEAN", "TOMAS", "ERIK", "PAUL", "DAVID", "HUGO"),
+    "F": ("ANNA", "MARIA", "SOFIA", "ELENA", "CLAIRE", "INGRID", "LUCIA", "EVA", "HANNA", "ZOE",
+          "BO", "IDA", "OZGE", "ISOBEL", "DOLORES", "MARIA DEL ROSARIO", "QIU"),
+    "M": ("JOHN", "PETER", "LUCAS", "MARCO", "JEAN", "TOMAS", "ERIK", "PAUL", "DAVID", "HUGO",
+          "MARCUS", "ANDRES", "OZ", "BOGDAN", "ISIDORO", "ZBIGNIEW", "DIEGO", "GODFREY"),
 }
 STATES = {"UTO": "UTOPIA", "D": "GERMANY", "NLD": "NETHERLANDS", "FRA": "FRANCE",
           "ITA": "ITALY", "ESP": "SPAIN", "BEL": "BELGIUM", "AUT": "AUSTRIA", "SWE": "SWEDEN",
           "POL": "POLAND", "PRT": "PORTUGAL", "IRL": "IRELAND"}
 CITIES = ("ZENITH", "NORTHPORT", "LAKESIDE", "OLDTOWN", "RIVERTON", "HIGHFIELD")
 NUMBER_LETTERS = "CFHMNPRVWXY"  # no look-alike of a digit (O, I, B, S, Z, G, D, Q...)
+LOOKALIKES = "OIBDSZGQ"  # letters OCR-B draws close to a digit (0 1 8 0 5 2 6 0)
+ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+# How issuers number their documents, and how often each is drawn: digits only,
+# letters without a digit's look-alike, or any letter (Doc 9303 allows A-Z and 0-9).
+NUMBER_KINDS = {"digits": 0.3, "lookalike_free": 0.3, "alphanumeric": 0.4}
 MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
 
 INK = (24, 24, 30)
@@ -162,7 +176,7 @@ def random_identity(rng: np.random.Generator, today: date | None = None, *,
         document_number=_document_number(rng),
         birth_date=today - timedelta(days=int(rng.integers(18 * 365, 80 * 365))),
         expiry_date=today + timedelta(days=validity),
-        optional_data=_digits(rng, int(rng.integers(8, 12))) if rng.random() < 0.5 else "",
+        optional_data=_optional_data(rng),
         place_of_birth=str(rng.choice(CITIES)),
     )
 
@@ -171,10 +185,33 @@ def _digits(rng: np.random.Generator, count: int) -> str:
     return "".join(str(d) for d in rng.integers(0, 10, count))
 
 
+def _letters(rng: np.random.Generator, pool: str, count: int) -> str:
+    return "".join(str(rng.choice(list(pool))) for _ in range(count))
+
+
 def _document_number(rng: np.random.Generator) -> str:
-    letters = int(rng.integers(0, 3))
-    prefix = "".join(str(rng.choice(list(NUMBER_LETTERS))) for _ in range(letters))
-    return prefix + _digits(rng, 9 - letters)
+    """Nine characters (one in ten shorter, padded with fillers in the MRZ) of an issuer
+    kind of :data:`NUMBER_KINDS`."""
+    kind = str(rng.choice(list(NUMBER_KINDS), p=list(NUMBER_KINDS.values())))
+    length = 9 if rng.random() < 0.9 else int(rng.integers(6, 9))
+    if kind == "digits":
+        return _digits(rng, length)
+    if kind == "lookalike_free":
+        letters = int(rng.integers(1, 3))
+        return _letters(rng, NUMBER_LETTERS, letters) + _digits(rng, length - letters)
+    pool = ALPHABET + LOOKALIKES * 2 + "0123456789" * 2  # look-alikes often, as on real pages
+    return "".join(str(rng.choice(list(pool))) for _ in range(length))
+
+
+def _optional_data(rng: np.random.Generator) -> str:
+    """Empty half the time, else digits or letters and digits (a personal number)."""
+    roll = rng.random()
+    if roll < 0.5:
+        return ""
+    count = int(rng.integers(6, 13))
+    if roll < 0.75:
+        return _digits(rng, count)
+    return "".join(str(rng.choice(list(ALPHABET + "0123456789"))) for _ in range(count))
 
 
 def alter_mrz_digit(lines: list[str],
@@ -218,12 +255,19 @@ LAYOUTS: dict[str, Layout] = {
                   62, (480, 532, 584), 29.2, 28, "IDENTITY CARD"),
     "td3": Layout((1250, 880), (66, 98), (45, 135, 375, 560), (410, 850), 130, 72,
                   66, (770, 832), 25.4, 26, "PASSPORT"),
+    "td2": Layout((1240, 874), (66, 98), (45, 135, 375, 560), (410, 850), 130, 72,
+                  70, (760, 830), 30.0, 30, "IDENTITY CARD"),
 }
 
 
 def printed_mrz(identity: Identity, kind: DocumentKind) -> list[str]:
-    """The MRZ lines a genuine document of ``identity`` prints."""
-    return compose_mrz(MRZ_FORMAT[kind], identity.mrz_fields())
+    """The MRZ lines a genuine document of ``identity`` prints (optional data cut to
+    what the format holds: 7 characters on TD2)."""
+    fmt = FORMATS[MRZ_FORMAT[kind]]
+    fields = identity.mrz_fields()
+    room = next(f.length for f in fmt.fields if f.name == "optional_data")
+    fields["optional_data"] = fields["optional_data"][:room]
+    return compose_mrz(MRZ_FORMAT[kind], fields)
 
 
 def render_document(identity: Identity, kind: DocumentKind = "td1",
