@@ -5,7 +5,7 @@ a private Triton server over the repository (kyc_tools.eval).
                              FMR, DET plot; versions of face_embedding
   kyc eval documents DIR     images with a .json each ({"mrz": [...], "fields": {...}}):
                              MRZ read and exact rates, per-field accuracy, time per
-                             document; versions of ocr_rec (or --model ocr_det)
+                             document; versions of ocr_rec (or --model mrz_rec, ocr_det)
   kyc eval liveness DIR      DIR/<sample>/ frames and label.json: APCER per attack type,
                              BPCER; versions of liveness_sequence
   kyc eval antifraud F.csv   the feature columns and label: ROC AUC, score distribution;
@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from kyc_tools.cli.repo import DEFAULT_REPOSITORY
+from kyc_tools.eval import DOCUMENT_MODELS
 
 
 def _versions(text: str) -> list[int]:
@@ -58,7 +59,7 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> None:
 
     documents = kinds.add_parser("documents", help="document reading: MRZ and fields")
     documents.add_argument("data", type=Path, help="DIR/<name>.jpg with DIR/<name>.json")
-    documents.add_argument("--model", choices=("ocr_rec", "ocr_det"), default="ocr_rec",
+    documents.add_argument("--model", choices=DOCUMENT_MODELS, default=DOCUMENT_MODELS[0],
                            help="the OCR model whose versions are compared")
     documents.add_argument("--peer", action="append", choices=("rapidocr",), default=[],
                            help="also read the pages with this open peer, in process")

@@ -11,3 +11,7 @@
 
 Tooling: no served model imports it.
 """
+
+# The models of document_ocr whose versions `kyc eval documents --model` compares (the
+# first by default); here, where the command line reads it without the measures' imports.
+DOCUMENT_MODELS = ("ocr_rec", "mrz_rec", "ocr_det")

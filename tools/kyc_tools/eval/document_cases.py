@@ -56,7 +56,7 @@ CATEGORY_TALLIES = ("documents", "mrz_found", "mrz_exact", "fields_exact", "vali
                     "genuine_rejected_for_misread")
 KINDS = ("td1", "td2", "td3")  # the kinds render_cases draws, in turn
 SEED = 7000  # render_cases' first page by default (the bench's, kyc eval samples' documents/)
-FILLER_RUN = 10  # a name this many fillers shorter than its field, or more, is a short one
+FILLER_RUN = 20  # a name this many fillers shorter than its field, or more, is a short one
 
 # The kinds of page counted in their own rows, in the report's order, with their words.
 CATEGORIES: dict[str, str] = {
@@ -88,8 +88,9 @@ def render_cases(count: int, portraits: Sequence[np.ndarray | None], seed: int =
                  ) -> list[DocumentCase]:
     """``count`` documents from seeded random identities (seed ``seed + i`` for the
     ``i``-th), TD1, TD2 and TD3 in turn, each photographed with ``degradation`` (default:
-    the default degradations: blur, noise, JPEG, rotation, perspective, uneven light); the last ``tampered`` of them with one
-    digit under a check digit altered in the printed MRZ."""
+    the default degradations: blur, noise, JPEG, rotation, perspective, uneven light);
+    the last ``tampered`` of them with one digit under a check digit altered in the
+    printed MRZ."""
     cases = []
     for i in range(count):
         rng = np.random.default_rng(seed + i)

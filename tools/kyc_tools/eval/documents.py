@@ -1,7 +1,7 @@
 """``kyc eval documents``: what the served document path read against what is printed,
-per version of one of its models (``ocr_rec`` by default, or ``ocr_det``), and beside them
-the open peers asked for (``--peer rapidocr``: RapidOCR in process, its lines read by the
-same ``parse_mrz``, without the recogniser's probabilities it has no mending).
+per version of one of its models (``ocr_rec`` by default, ``mrz_rec`` or ``ocr_det``), and
+beside them the open peers asked for (``--peer rapidocr``: RapidOCR in process, its lines
+read by the same ``parse_mrz``, without the recogniser's probabilities it has no mending).
 
 Each document goes through ``document_ocr`` (the ensemble the customer's request takes)
 one at a time, so the time per document is the latency one customer sees on an idle
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from kyc_tools.eval import metrics
+from kyc_tools.eval import DOCUMENT_MODELS, metrics
 from kyc_tools.eval.calls import each, error_text
 from kyc_tools.eval.data import DocumentSample, read_documents
 from kyc_tools.eval.document_cases import DocumentCase, by_category, categories, rates, score
@@ -35,7 +35,7 @@ from kyc_tools.liveness_client import bytes_input
 log = logging.getLogger(__name__)
 
 ENTRY = "document_ocr"
-VERSIONED = ("ocr_rec", "ocr_det")
+VERSIONED = DOCUMENT_MODELS
 
 
 def read_one(sample: DocumentSample, client: Any) -> tuple[dict, float]:
