@@ -45,6 +45,9 @@ MOVES_NOT_SEEN = Told("moves_not_seen", "The head turns asked were not seen, in 
 PICTURES_UNCLEAR = Told("pictures_unclear", "We could not see your face alone and sharp: hold "
                                             "the phone still, in good light.")
 DOCUMENT_UNREADABLE = Told("document_unreadable", "The document could not be read.")
+DOCUMENT_PHOTO_UNCLEAR = Told("document_photo_unclear",
+                              "We could not read your document clearly: please take another "
+                              "photo, flat, in good light, without glare.")
 DOCUMENT_NOT_ACCEPTED = Told("document_not_accepted", "This document cannot be accepted (its "
                                                       "validity, or the holder's age).")
 # also the words of a code the page does not know (one added later)
@@ -52,7 +55,7 @@ PERSON_REVIEWS = Told("person_reviews", "A person will look at your application.
 
 TOLD: tuple[Told, ...] = (FACE_NOT_MATCHED, FACE_NOT_SEEN, LIVENESS_NOT_CONFIRMED,
                           MOVES_NOT_SEEN, PICTURES_UNCLEAR, DOCUMENT_UNREADABLE,
-                          DOCUMENT_NOT_ACCEPTED, PERSON_REVIEWS)
+                          DOCUMENT_PHOTO_UNCLEAR, DOCUMENT_NOT_ACCEPTED, PERSON_REVIEWS)
 
 
 class Outcome(Enum):
@@ -109,8 +112,9 @@ SELFIE_NOT_LIVE_PERSON = Reason(
     "or the token carries no face)", FACE_NOT_MATCHED)
 MRZ_CHECK_FAILED = Reason(
     "mrz_check_failed", Outcome.REJECT,
-    "the machine-readable zone was read but its check digits do not hold",
-    DOCUMENT_UNREADABLE)
+    "the machine-readable zone was read but is not valid (`mrz.problems`): a check digit "
+    "fails over no character the reader was in doubt of, a date is impossible or a state "
+    "code names no state", DOCUMENT_UNREADABLE)
 DOCUMENT_EXPIRED = Reason(
     "document_expired", Outcome.REJECT, "the document's expiry date has passed",
     DOCUMENT_NOT_ACCEPTED)
@@ -145,6 +149,12 @@ LIVENESS_WITHOUT_PASSIVE_PAD = Reason(
 MRZ_NOT_FOUND = Reason(
     "mrz_not_found", Outcome.REVIEW, "no machine-readable zone was found on the document",
     DOCUMENT_UNREADABLE)
+MRZ_MISREAD = Reason(
+    "mrz_misread", Outcome.REVIEW,
+    "the machine-readable zone's check digits fail, or a letter of its name may be a filler, "
+    "only over characters the reader was in doubt of (`mrz.misread`): likely a blurred "
+    "photo, not an altered document; the person is asked for another photo",
+    DOCUMENT_PHOTO_UNCLEAR)
 VISUAL_ZONE_MISMATCH = Reason(
     "visual_zone_mismatch", Outcome.REVIEW,
     "text was read outside the MRZ but it does not show the MRZ's surname and document "
@@ -162,8 +172,8 @@ DECISION_REASONS: tuple[Reason, ...] = (
     FACE_MISMATCH, LIVENESS_FAILED, LIVENESS_TOKEN_INVALID, LIVENESS_TOKEN_REUSED,
     SELFIE_NOT_LIVE_PERSON, MRZ_CHECK_FAILED, DOCUMENT_EXPIRED, UNDERAGE, HIGH_FRAUD_SCORE,
     NO_FACE_IN_DOCUMENT, NO_FACE_IN_SELFIE, MULTIPLE_FACES_IN_SELFIE, LIVENESS_MISSING,
-    LIVENESS_TOKEN_EXPIRED, LIVENESS_WITHOUT_PASSIVE_PAD, MRZ_NOT_FOUND, VISUAL_ZONE_MISMATCH,
-    VISUAL_ZONE_UNREADABLE, ELEVATED_FRAUD_SCORE,
+    LIVENESS_TOKEN_EXPIRED, LIVENESS_WITHOUT_PASSIVE_PAD, MRZ_NOT_FOUND, MRZ_MISREAD,
+    VISUAL_ZONE_MISMATCH, VISUAL_ZONE_UNREADABLE, ELEVATED_FRAUD_SCORE,
 )
 
 

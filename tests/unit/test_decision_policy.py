@@ -42,6 +42,21 @@ def run(**changes):
     return decide(findings, DecisionSettings(), THRESHOLD, TODAY)
 
 
+def not_valid(failing=(), problems=None, misread=()) -> dict:
+    """DOCUMENT with an MRZ that is not valid: ``failing`` checks (their problems unless
+    ``problems`` says otherwise) and ``misread`` as kyc.document.mrz reports them."""
+    checks = {**DOCUMENT["mrz"]["checks"], **dict.fromkeys(failing, False)}
+    if problems is None:
+        problems = [f"{name}_check_failed" for name in failing]
+    mrz = {**DOCUMENT["mrz"], "valid": False, "checks": checks, "problems": list(problems),
+           "misread": list(misread)}
+    return {**DOCUMENT, "mrz": mrz}
+
+
+NUMBER_MISREAD = not_valid(["document_number", "composite"],
+                           misread=["document_number", "composite"])
+
+
 def test_everything_in_order_is_approved():
     decision, reasons, figures = run()
     assert (decision, reasons) == ("approve", [])
@@ -75,6 +90,7 @@ def test_a_live_session_without_passive_pad_goes_to_review_unless_the_operator_a
     ({"document": {**DOCUMENT, "mrz": None}}, "review", "mrz_not_found"),
     ({"document": {**DOCUMENT, "mrz": {**DOCUMENT["mrz"], "valid": False}}}, "reject",
      "mrz_check_failed"),
+    ({"document": NUMBER_MISREAD}, "review", "mrz_misread"),
     ({"document": {**DOCUMENT, "expired": True}}, "reject", "document_expired"),
     ({"document": {**DOCUMENT, "fields": {**DOCUMENT["fields"], "birth_date": "2012-01-01"}}},
      "reject", "underage"),
@@ -135,6 +151,46 @@ def test_without_an_mrz_or_with_the_check_off_the_visual_zone_gives_no_reason():
     assert (decision, reasons, figures["visual_zone"]) == ("approve", [], "not_checked")
 
 
+@pytest.mark.parametrize(("document", "reasons"), [
+    (NUMBER_MISREAD, ["mrz_misread"]),
+    (not_valid(problems=["name_unsure"], misread=["name"]), ["mrz_misread"]),
+    (not_valid(["birth_date", "composite"], problems=[
+        "birth_date_check_failed", "composite_check_failed", "name_unsure"],
+        misread=["birth_date", "composite", "name"]), ["mrz_misread"]),
+    # a failing check read with confidence is an edit, whatever else was unsure
+    (not_valid(["document_number", "composite"]), ["mrz_check_failed"]),
+    (not_valid(["document_number", "composite"], misread=["composite"]), ["mrz_check_failed"]),
+    (not_valid(["document_number", "composite"], problems=[
+        "document_number_check_failed", "composite_check_failed", "name_unsure"],
+        misread=["document_number", "composite"]), ["mrz_check_failed"]),  # "name" not in it
+    (not_valid(["birth_date"], problems=["birth_date_check_failed", "birth_date_invalid"],
+               misread=["birth_date"]), ["mrz_check_failed"]),  # an impossible date
+    (not_valid(problems=["nationality_unknown"], misread=["name"]), ["mrz_check_failed"]),
+    (not_valid(["composite"], problems=[], misread=["composite"]), ["mrz_check_failed"]),
+    # a check failing but not among the problems is not explained by them
+    (not_valid(["composite"], problems=["name_unsure"], misread=["name"]), ["mrz_check_failed"]),
+    ({**DOCUMENT, "mrz": {**NUMBER_MISREAD["mrz"], "misread": None}}, ["mrz_check_failed"]),
+    ({**DOCUMENT, "mrz": {**NUMBER_MISREAD["mrz"], "problems": None}}, ["mrz_check_failed"]),
+    ({**DOCUMENT, "mrz": {k: v for k, v in NUMBER_MISREAD["mrz"].items() if k != "misread"}},
+     ["mrz_check_failed"]),  # a DOCUMENT from before issue 45
+    ({**DOCUMENT, "mrz": {**NUMBER_MISREAD["mrz"], "valid": True}}, []),
+], ids=["number-misread", "name-unsure", "date-and-name-unsure", "checks-sure",
+        "number-sure-composite-unsure", "name-unsure-not-in-misread", "impossible-date",
+        "unknown-state", "no-problems", "check-not-a-problem", "misread-null", "problems-null",
+        "no-misread-key", "valid"])
+def test_an_mrz_not_valid_only_where_the_reader_was_unsure_asks_for_another_photo(document,
+                                                                                    reasons):
+    decision, got, _ = run(document=document)
+    assert got == reasons
+    assert decision == ("approve" if not reasons else
+                        "review" if reasons == ["mrz_misread"] else "reject")
+
+
+def test_a_misread_mrz_beside_a_reject_reason_is_rejected():
+    decision, reasons, _ = run(document=NUMBER_MISREAD, face_match_score=0.1)
+    assert (decision, reasons) == ("reject", ["face_mismatch", "mrz_misread"])
+
+
 # -- every threshold at its boundary: the value itself and the nearest one either side --
 def _birthday(years_ago: int, days: int = 0) -> dict:
     born = TODAY.replace(year=TODAY.year - years_ago).toordinal() + days
@@ -185,6 +241,13 @@ def test_the_feature_vector_follows_the_pinned_order_with_stated_unknowns():
     values = dict(zip(FEATURES, vector(blank, TODAY), strict=True))
     assert values["mrz_found"] == 0 and values["age_years"] == 0 and values["liveness_match"] == -1
     assert np.isfinite(vector(blank, TODAY)).all()
+
+
+def test_the_feature_vector_reads_a_misread_mrz_as_any_mrz_not_valid():
+    obs = Observation(0.7, True, True, 1, 0.97, True, 0.8, NUMBER_MISREAD, 0.93, {}, {})
+    values = dict(zip(FEATURES, vector(obs, TODAY), strict=True))
+    assert (values["mrz_found"], values["mrz_valid"], values["mrz_checks_failed"]) == (1, 0, 2)
+    assert np.isfinite(vector(obs, TODAY)).all()
 
 
 def test_the_manifest_pins_the_same_features():

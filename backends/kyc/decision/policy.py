@@ -27,6 +27,7 @@ from datetime import date
 from typing import Any
 
 from kyc.decision.features import age_years
+from kyc.document.mrz_sure import only_misread
 from kyc.document.visual import VisualZone, compare
 from kyc.pipeline.seal import SEAL_MAX_AGE_S
 from kyc.reasons import (
@@ -42,6 +43,7 @@ from kyc.reasons import (
     LIVENESS_TOKEN_REUSED,
     LIVENESS_WITHOUT_PASSIVE_PAD,
     MRZ_CHECK_FAILED,
+    MRZ_MISREAD,
     MRZ_NOT_FOUND,
     MULTIPLE_FACES_IN_SELFIE,
     NO_FACE_IN_DOCUMENT,
@@ -155,7 +157,8 @@ def decide(findings: Findings, settings: DecisionSettings, match_threshold: floa
     if mrz is None:
         held.add(MRZ_NOT_FOUND)
     elif mrz.get("valid") is not True:
-        held.add(MRZ_CHECK_FAILED)
+        # not valid only where the reader was unsure (a blurred photo): another photo
+        held.add(MRZ_MISREAD if only_misread(mrz) else MRZ_CHECK_FAILED)
     if f.document.get("expired") is True:
         held.add(DOCUMENT_EXPIRED)
     age = age_years(fields.get("birth_date"), today) if fields.get("birth_date") else None

@@ -37,6 +37,7 @@ from kyc.document.mrz_formats import (
     number_layout,
 )
 from kyc.document.mrz_mend import mend
+from kyc.document.mrz_sure import NAME, NAME_UNSURE, check_failed, misread_checks, name_unsure
 from kyc.document.states import known_state
 from kyc.document.visual import squash
 
@@ -96,11 +97,15 @@ def read_mrz(candidate: MrzCandidate, today: date | None = None,
         lines, mended = mend(fmt, lines, options, _acceptable(fmt, lines, today, visual))
         checks = evaluate_checks(fmt, lines)
     fields = _fields(fmt, lines, today)
-    problems = [f"{name}_check_failed" for name in CHECK_NAMES if checks[name] is False]
+    problems = [check_failed(name) for name in CHECK_NAMES if checks[name] is False]
     problems += [f"{name}_invalid" for name in ("birth_date", "expiry_date")
                  if fields[name] is None]
     problems += [f"{name}_unknown" for name in ("issuing_state", "nationality")
                  if not known_state(fields[name])]
+    misread = misread_checks(fmt, lines, options, checks)
+    if name_unsure(fmt, lines, options):  # no check digit covers a name: it is not valid
+        problems.append(NAME_UNSURE)
+        misread.append(NAME)
     expiry = fields["expiry_date"]
     return {
         "mrz": {
@@ -110,10 +115,14 @@ def read_mrz(candidate: MrzCandidate, today: date | None = None,
             "checks": checks,
             # Extensions of the contract: why it is not valid, how much OCR was undone by
             # field type, and how many characters the check digits chose among the
-            # recogniser's own second choices.
+            # recogniser's own second choices; which problems may be misreads, not edits:
+            # failing checks over a character read in doubt (unsure, another legal choice
+            # offered), and "name" for a name letter read unsure where a filler was
+            # offered (kyc.document.mrz_sure).
             "problems": problems,
             "corrections": corrections,
             "mended": mended,
+            "misread": misread,
         },
         "fields": fields,
         "expired": None if expiry is None else date.fromisoformat(expiry) < today,

@@ -89,17 +89,29 @@ def _changes(fmt: MrzFormat, lines: list[str],
             if (line, pos) not in mendable or not any(c.covers(line, pos) for c in checks):
                 continue
             (_, sure), *others = offered
-            if sure > MAX_SURE or lines[line][pos] == FILLER:
+            if not is_unsure(lines[line][pos], sure):
                 continue
             unsure += 1
-            for char, prob in others:
-                if prob >= MIN_OPTION and char in legal[line][pos] \
-                        and char not in (lines[line][pos], FILLER):
-                    changes.append((line, pos, char, math.log(sure / prob)))
+            for char, prob in offered_instead(lines[line][pos], others, legal[line][pos]):
+                changes.append((line, pos, char, math.log(sure / prob)))
     # More unsure characters than a mend may change: whichever passes leaves some unsure
     # ones as first read, and a reading that passes by chance (1 in 10 for one check)
     # would be taken for a mended one.
     return changes if unsure <= MAX_MENDS else []
+
+
+def is_unsure(written: str, sure: float) -> bool:
+    """Whether a character written with probability ``sure`` is one the recogniser was
+    unsure of: a character (never a filler) at most MAX_SURE."""
+    return written != FILLER and sure <= MAX_SURE
+
+
+def offered_instead(written: str, others: Sequence[tuple[str, float]],
+                    legal: frozenset[str]) -> list[tuple[str, float]]:
+    """The choices offered beside ``written`` that may take its place: at least
+    MIN_OPTION, legal where it stands, never a filler (nor ``written`` itself)."""
+    return [(char, prob) for char, prob in others
+            if prob >= MIN_OPTION and char in legal and char not in (written, FILLER)]
 
 
 @functools.cache
