@@ -130,6 +130,7 @@ deps-locked: $(VENV)/.installed-locks $(RUNTIME)/.installed-locks
 models: deps
 	$(BIN)/kyc models fetch --repository $(REPOSITORY)
 	$(BIN)/kyc models antifraud install --repository $(REPOSITORY)
+	$(BIN)/kyc models mrz-rec check --repository $(REPOSITORY)
 
 ## serve: a real Triton server (CPU) on HTTP 8000, gRPC 8001, metrics 8002
 serve: setup

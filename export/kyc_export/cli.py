@@ -46,7 +46,8 @@ def add_models_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     )
     models.set_defaults(func=handle_models)
     actions = models.add_subparsers(
-        dest="models_action", metavar="{fetch,list,arcface,antispoof,antifraud,face-depth}")
+        dest="models_action",
+        metavar="{fetch,list,arcface,antispoof,antifraud,mrz-rec,face-depth}")
     actions.required = True
 
     fetch = actions.add_parser(
@@ -84,6 +85,7 @@ def add_models_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     _add_arcface_parser(actions)
     _add_antispoof_parser(actions)
     _add_antifraud_parser(actions)
+    _add_mrz_rec_parser(actions)
     depth = actions.add_parser(
         "face-depth", help="make (or --check) the relief check's depth template and the "
         "canonical face (head pose) from the pinned canonical face mesh")
@@ -194,17 +196,44 @@ def _add_antifraud_parser(actions: argparse._SubParsersAction) -> None:
     train = steps.add_parser("train", help="train, then write a file or publish a version")
     train.add_argument("--csv", type=Path, metavar="FILE", help="labelled cases (default: "
                        "the synthetic generator)")
-    target = train.add_mutually_exclusive_group(required=True)
-    target.add_argument("--out", type=Path, metavar="FILE", help="write model.onnx here")
-    target.add_argument("--publish", action="store_true",
-                        help="publish as the next version of antifraud")
-    _add_repository_option(train)
+    _add_train_target(train, "antifraud")
     cases = steps.add_parser("cases", help="write labelled cases of the synthetic generator "
                              "as a CSV (for `kyc eval antifraud`; another seed than the "
                              "installed model was trained on)")
     cases.add_argument("--out", type=Path, metavar="FILE", required=True)
     cases.add_argument("--count", type=int, default=2000)
     cases.add_argument("--seed", type=int, default=antifraud_cases_seed())
+
+
+def _add_train_target(train: argparse.ArgumentParser, model: str) -> None:
+    """``--out FILE`` or ``--publish`` (as the next version of ``model``), and the repository."""
+    target = train.add_mutually_exclusive_group(required=True)
+    target.add_argument("--out", type=Path, metavar="FILE", help="write model.onnx here")
+    target.add_argument("--publish", action="store_true",
+                        help=f"publish as the next version of {model}")
+    _add_repository_option(train)
+
+
+def _add_mrz_rec_parser(actions: argparse._SubParsersAction) -> None:
+    mrz = actions.add_parser(
+        "mrz-rec",
+        help="train the MRZ line recogniser (mrz_rec version 2) or check the shipped one",
+        description="mrz_rec version 2 is trained here, on the CPU, from the project's own "
+        "generator of MRZ lines (kyc_tools.synthetic.mrz_lines); the manifest's "
+        "trained.mrz_rec pins its recipe (seed, pages, epochs...) and the sha256 of the "
+        "file the repository ships. `train` runs the pinned recipe (or the one you change "
+        "with the options), exports to ONNX and checks parity with PyTorch; `check` "
+        "compares the shipped file with the manifest's sha256.",
+    )
+    steps = mrz.add_subparsers(dest="mrz_rec_action", metavar="{train,check}")
+    steps.required = True
+    train = steps.add_parser("train", help="train, then write a file or publish a version")
+    train.add_argument("--seed", type=int, help="default: the manifest's")
+    train.add_argument("--pages", type=int, help="rendered pages (default: the manifest's)")
+    train.add_argument("--epochs", type=int, help="default: the manifest's")
+    _add_train_target(train, "mrz_rec")
+    check = steps.add_parser("check", help="the shipped version against the manifest's sha256")
+    _add_repository_option(check)
 
 
 def antifraud_cases_seed() -> int:
@@ -251,6 +280,8 @@ def handle_models(args: argparse.Namespace) -> int:
             return _antispoof(args)
         if args.models_action == "antifraud":
             return _antifraud(args)
+        if args.models_action == "mrz-rec":
+            return _mrz_rec(args)
         if args.models_action == "face-depth":
             return _face_depth(args)
         return _list()
@@ -361,7 +392,6 @@ def _arcface_export(args: argparse.Namespace, arcface: ModuleType) -> int:
 
 def _antifraud(args: argparse.Namespace) -> int:
     from kyc_tools.assets.files import replace_file
-    from kyc_tools.repo.publish import publish
 
     from . import antifraud
 
@@ -393,17 +423,49 @@ def _antifraud(args: argparse.Namespace) -> int:
     trained = antifraud.build(csv_path=args.csv)
     _progress(f"antifraud: trained on {trained.trained_on}; holdout AUC "
               f"{trained.holdout_auc:.3f}")
-    if args.out is not None:
-        replace_file(args.out, trained.model.SerializeToString())
-        print(f"wrote {args.out}")
+    return _write_or_publish(args, trained.model, antifraud.MODEL_NAME)
+
+
+def _mrz_rec(args: argparse.Namespace) -> int:
+    from importlib.util import find_spec
+
+    from . import mrz_rec  # torch is imported only to train
+
+    if args.mrz_rec_action == "check":
+        path = mrz_rec.check_shipped(Path(args.repository))
+        print(f"{path}: the trained model the manifest pins")
         return 0
+    if find_spec("torch") is None:
+        return _error("kyc models mrz-rec train", f"needs PyTorch: {ARCFACE_INSTALL_HINT}")
+    recipe = mrz_rec.Recipe.pinned(seed=args.seed, pages=args.pages, epochs=args.epochs)
+    _progress(f"mrz_rec: training ({recipe.describe()})")
+    net, trained = mrz_rec.train(recipe, progress=_progress)
+    model = mrz_rec.to_onnx(net, recipe, trained)
+    _progress(f"mrz_rec: {trained}; torch vs onnxruntime max|diff| "
+              f"{mrz_rec.parity(net, model):.1e}")
+    return _write_or_publish(args, model, mrz_rec.MODEL_NAME)
+
+
+def _write_or_publish(args: argparse.Namespace, model, name: str) -> int:
+    """``model`` written to ``args.out``, or published as the next version of ``name``
+    (its number printed)."""
     import tempfile
 
     import onnx
 
-    with tempfile.TemporaryDirectory(prefix="kyc-antifraud-") as tmp:
-        onnx.save(trained.model, str(Path(tmp) / "model.onnx"))
-        published = publish(Path(args.repository), antifraud.MODEL_NAME, Path(tmp))
+    from kyc_tools.assets.files import replace_file
+    from kyc_tools.repo.publish import PublishError, publish
+
+    if args.out is not None:
+        replace_file(args.out, model.SerializeToString())
+        print(f"wrote {args.out}")
+        return 0
+    with tempfile.TemporaryDirectory(prefix=f"kyc-{name}-") as tmp:
+        onnx.save(model, str(Path(tmp) / "model.onnx"))
+        try:
+            published = publish(Path(args.repository), name, Path(tmp))
+        except PublishError as exc:
+            return _publish_error(f"kyc models {name} publish", exc)
     print(published.version)
     return 0
 

@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, version_converter
 
+from kyc.document.mrz_rec import MRZ_ALPHABET, MRZ_CLASS_COUNT
 from kyc_tools.assets.manifest import ModelSpec
 
 from . import __version__
@@ -329,6 +330,46 @@ def _last_dim(model: onnx.ModelProto, output: str) -> int | None:
     return None
 
 
+# --------------------------------------------------------------------------- mrz_rec
+
+
+# The classes of PP-OCRv4's pinned en_dict.txt that are MRZ characters, in the order of
+# kyc.document.mrz_rec.MRZ_ALPHABET, after the blank: A-Z are dictionary lines 17-42,
+# the digits 0-9 and '<' line 12 (class = line + 1).
+PP_OCR_MRZ_CLASSES = (0, *range(18, 44), *range(1, 11), 13)
+
+
+def mrz_classes(entries: Sequence[str]) -> tuple[int, ...]:
+    """The classes (blank first) of a recogniser with dictionary ``entries`` that are the
+    MRZ characters, in the order of ``MRZ_ALPHABET``."""
+    missing = [c for c in MRZ_ALPHABET if c not in entries]
+    if missing:
+        raise ConversionError(f"mrz_rec: the dictionary lacks {''.join(missing)!r}")
+    return (0, *(1 + entries.index(c) for c in MRZ_ALPHABET))
+
+
+def convert_mrz_rec(model_bytes: bytes, dict_bytes: bytes) -> onnx.ModelProto:
+    """``mrz_rec`` version 1: the PP-OCRv4 recogniser of ``ocr_rec`` with only its blank
+    and MRZ classes kept (not renormalised: a masked reading of its answer, which is how
+    the reader read the MRZ before version 2), ``PROBS [N, W/8, 38]``."""
+    model, _ = convert_ocr_rec(model_bytes, dict_bytes)
+    classes = mrz_classes(parse_dictionary(dict_bytes))
+    if classes != PP_OCR_MRZ_CLASSES:
+        raise ConversionError("mrz_rec: the dictionary is not the pinned en_dict.txt")
+    replace_outputs(
+        model,
+        [tensor_info("PROBS", TensorProto.FLOAT, ["N", "T", MRZ_CLASS_COUNT])],
+        [helper.make_node("Gather", ["kyc_mrz/all", "kyc_mrz/classes"], ["PROBS"], axis=2)],
+        [const("kyc_mrz/classes", list(classes), np.int64)],
+        renames={"PROBS": "kyc_mrz/all"},
+    )
+    keep = [p for p in model.metadata_props if p.key != "character"]
+    del model.metadata_props[:]
+    model.metadata_props.extend(keep)
+    set_metadata(model, {"kyc.classes": MRZ_ALPHABET, "kyc.stride": "8"})
+    return finish_model(model, "mrz_rec")
+
+
 # --------------------------------------------------------------------------- face_landmarks
 
 MESH_POINTS = 468
@@ -410,6 +451,14 @@ def _recipe_ocr_rec(members: Mapping[str, bytes]) -> Converted:
     )
 
 
+def _recipe_mrz_rec(members: Mapping[str, bytes]) -> Converted:
+    return Converted(
+        convert_mrz_rec(members["model"], members["dict"]),
+        _load(members["model"], "mrz_rec"),
+        summary="bake BGR/normalise, the blank and the 37 MRZ classes",
+    )
+
+
 def _recipe_face_landmarks(members: Mapping[str, bytes]) -> Converted:
     model, raw = convert_face_landmarks(members["model"])
     return Converted(model, raw, summary="TFLite -> ONNX, float16 weights to float32, bake /255")
@@ -421,6 +470,7 @@ CONVERTERS: dict[str, MembersConverter] = {
     "face_embedding": _recipe_face_embedding,
     "ocr_det": _recipe_ocr_det,
     "ocr_rec": _recipe_ocr_rec,
+    "mrz_rec": _recipe_mrz_rec,
 }
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from .convert import PADDLE_DET_MEAN, PADDLE_DET_STD, RETINAFACE_MEAN_BGR
+from .convert import PADDLE_DET_MEAN, PADDLE_DET_STD, PP_OCR_MRZ_CLASSES, RETINAFACE_MEAN_BGR
 from .errors import ParityError
 
 logger = logging.getLogger(__name__)
@@ -37,6 +37,7 @@ TOLERANCES: dict[str, dict[str, float]] = {
     "face_embedding": {"EMBEDDING": 1e-4, "batch": 1e-4},
     "ocr_det": {"PROB_MAP": 1e-4, "logits": 1e-3, "batch": 1e-4},
     "ocr_rec": {"PROBS": 1e-4, "logits": 1e-3, "batch": 1e-4},
+    "mrz_rec": {"PROBS": 1e-4, "batch": 1e-4},
     # MESH is in the crop's pixels (0..192)
     "face_landmarks": {"MESH": 1e-3, "PRESENCE": 1e-5, "batch": 1e-3},
 }
@@ -138,6 +139,10 @@ def served_ocr_rec(raw: Outputs) -> Outputs:
     return {"PROBS": raw["softmax_2.tmp_0"]}
 
 
+def served_mrz_rec(raw: Outputs) -> Outputs:
+    return {"PROBS": raw["softmax_2.tmp_0"][..., list(PP_OCR_MRZ_CLASSES)]}
+
+
 def feeds_face_landmarks(images: np.ndarray) -> dict[str, np.ndarray]:
     """MediaPipe's face landmark graph: RGB scaled to [0, 1], NHWC (the raw conversion of
     the TFLite model, kyc_export.tflite_onnx)."""
@@ -198,6 +203,7 @@ CASES: dict[str, Case] = {
     ),
     "ocr_det": Case(feeds_ocr_det, served_ocr_det, (2, 96, 128), "sigmoid_0.tmp_0"),
     "ocr_rec": Case(feeds_ocr_rec, served_ocr_rec, (2, 48, 160), "softmax_2.tmp_0"),
+    "mrz_rec": Case(feeds_ocr_rec, served_mrz_rec, (2, 48, 160)),
     "face_landmarks": Case(feeds_face_landmarks, served_face_landmarks, (2, 192, 192)),
 }
 

@@ -32,7 +32,7 @@ def test_the_derived_budget_steps_are_the_product_designs():
         "face_preprocess": "face_match", "face_detector": "face_match",
         "face_embedding": "face_match",
         "ocr_preprocess": "ocr", "ocr_det": "ocr", "ocr_postprocess": "ocr",
-        "ocr_fields": "ocr", "ocr_rec": "ocr",
+        "ocr_fields": "ocr", "ocr_rec": "ocr", "mrz_rec": "ocr",
         "antifraud": "antifraud", "kyc_decision": "antifraud"}
     assert {"liveness_sequence"} == SEQUENCE_MODELS
 
@@ -95,8 +95,10 @@ def test_the_queue_timeouts_of_a_steps_models_add_up_to_at_most_its_queue_share(
 
 def test_the_queue_timeout_rule_splits_the_steps_share_evenly():
     assert queue_timeout_us("face_preprocess") == 300 * QUEUE_SHARE * 1000 / 3
-    # ocr_preprocess, ocr_det, ocr_postprocess or ocr_fields, ocr_rec: 5 (a share to spare)
-    assert queue_timeout_us("ocr_rec") == 1000 * QUEUE_SHARE * 1000 / 5
+    # ocr_preprocess, ocr_det, ocr_postprocess or ocr_fields, ocr_rec, mrz_rec: 6 (a share
+    # to spare)
+    share = 1000 * QUEUE_SHARE * 1000 / 6
+    assert queue_timeout_us("ocr_rec") == queue_timeout_us("mrz_rec") == share
     assert queue_timeout_us("kyc_decision") == queue_timeout_us("antifraud")
     assert queue_timeout_us("liveness_sequence") is None
     assert queue_timeout_us("kyc_ensemble") is None

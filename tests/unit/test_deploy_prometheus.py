@@ -105,7 +105,7 @@ def test_every_model_has_a_not_ready_alert_and_a_budget_where_kyc_budgets_gives_
     models = served_models(SHIPPED_REPOSITORY)
     steps = step_map(build_graph(SHIPPED_REPOSITORY))  # derived (kyc.budgets.StepMap)
     not_ready = {r["labels"]["model"] for r in rules() if r.get("alert") == "KycModelNotReady"}
-    assert not_ready == {m.name for m in models} and len(models) == 15
+    assert not_ready == {m.name for m in models} and len(models) == 16
     (budget,) = [r["expr"] for r in rules() if r.get("record") == "kyc:queue_budget_us"]
     found = re.findall(r'vector\((\d+)\), "model", "(\w+)"', budget)
     assert {model: int(value) for value, model in found} == {

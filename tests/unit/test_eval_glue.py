@@ -28,8 +28,8 @@ def test_each_measure_loads_only_the_models_its_entry_runs_through():
     assert served_closure(REPOSITORY, ["face_preprocess", "face_embedding"]) == [
         "face_detector", "face_embedding", "face_preprocess"]
     assert served_closure(REPOSITORY, ["document_ocr"]) == [
-        "document_ocr", "kyc_intake", "ocr_det", "ocr_postprocess", "ocr_preprocess",
-        "ocr_rec"]
+        "document_ocr", "kyc_intake", "mrz_rec", "ocr_det", "ocr_postprocess",
+        "ocr_preprocess", "ocr_rec"]
     assert "face_detector" in served_closure(REPOSITORY, ["liveness_sequence"])
     assert served_closure(REPOSITORY, ["antifraud"]) == ["antifraud"]
     with pytest.raises(EvalError, match="no model nope"):

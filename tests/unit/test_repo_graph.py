@@ -190,6 +190,10 @@ def test_bls_and_settings_edges_follow_the_model_parameters(graph):
         ("ocr_fields", p("ocr_fields")["settings_model"], SETTINGS, "settings_model"),
         ("ocr_fields", p(p("ocr_fields")["settings_model"])["rec_model"], BLS,
          "settings_model.rec_model"),
+        # the MRZ lines read by the recogniser made for them (issue 45)
+        ("ocr_postprocess", p("ocr_postprocess")["mrz_model"], BLS, "mrz_model"),
+        ("ocr_fields", p(p("ocr_fields")["settings_model"])["mrz_model"], BLS,
+         "settings_model.mrz_model"),
         ("kyc_decision", p("kyc_decision")["antifraud_model"], BLS, "antifraud_model"),
         # it embeds the attested faces itself (kyc.decision.custody), by its threshold
         ("kyc_decision", p("kyc_decision")["embedding_model"], BLS, "embedding_model"),

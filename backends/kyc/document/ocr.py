@@ -28,12 +28,13 @@ from kyc.document.lines import (
 )
 from kyc.document.mrz import parse_mrz
 from kyc.document.mrz_formats import FORMATS
+from kyc.document.mrz_rec import MRZ_ALPHABET
 from kyc.document.visual import squash, wanted_values
 
 log = logging.getLogger(__name__)
 
 Recogniser = Callable[[np.ndarray], np.ndarray]
-MRZ_CHARACTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789<"
+MRZ_CHARACTERS = MRZ_ALPHABET
 # A mended MRZ line (DocumentReader._mend_mrz) reads within this many characters of
 # the whole line beside it (the MRZ reader fixes lengths within 3, kyc.document.mrz_find).
 MRZ_LENGTH_SLACK = 3
@@ -44,6 +45,9 @@ LINE_MODES = ("all", "decision")
 MAX_FILLERS_LOST = 12
 WHOLE_LINE_WIDTH = 0.85
 MRZ_LINE_LENGTHS = tuple(sorted({fmt.line_length for fmt in FORMATS.values()}))
+# The mean character probability above which an MRZ recogniser's reading of the right
+# length with fillers in it is taken as an MRZ line without the general recogniser.
+SURE_MRZ_CONFIDENCE = 0.9
 
 
 def line_length_for(longest: int) -> int | None:
@@ -62,6 +66,10 @@ class OcrSettings:
     """``ocr_postprocess`` parameters (config ``parameters``; defaults here only)."""
 
     rec_model: str = "ocr_rec"
+    # The recogniser of the lines found to be MRZ lines (kyc.document.mrz_rec's contract):
+    # they are read again by it, squeezed as below. "": read from rec_model's answer,
+    # restricted to [A-Z0-9<] (as before mrz_rec).
+    mrz_model: str = ""
     rec_max_batch: int = 8  # crops per ocr_rec call (at most its max_batch_size)
     rec_max_width: int = 1600  # widest crop given to the recogniser, pixels at height 48
     # Each crop is padded to its width rounded up to this (kyc.document.lines.plan_batches:
@@ -119,6 +127,16 @@ class TextLine:
                 "mrz": self.mrz}
 
 
+def surely_mrz(text: str, confidence: float) -> bool:
+    """Whether an MRZ recogniser's reading of a long crop is surely an MRZ line: about the
+    length of one (:data:`MRZ_LENGTH_SLACK`), two fillers in a row (every format's name
+    field ends with them, and most number lines have some), read with
+    :data:`SURE_MRZ_CONFIDENCE`. A line that is not is still an MRZ line when the general
+    recogniser's reading looks like one (:func:`may_be_mrz`)."""
+    return ("<<" in text and confidence >= SURE_MRZ_CONFIDENCE
+            and min(abs(len(text) - n) for n in MRZ_LINE_LENGTHS) <= MRZ_LENGTH_SLACK)
+
+
 def may_be_mrz(text: str, crop: np.ndarray, min_aspect: float) -> bool:
     """A long, thin crop whose free reading is mostly [A-Z0-9<] (any case: the free
     reading confuses case and 'O'/'0'; spaces count against it)."""
@@ -143,11 +161,17 @@ class _Page:
 
 
 class DocumentReader:
-    def __init__(self, settings: OcrSettings, alphabet: Sequence[str], recognise: Recogniser):
+    def __init__(self, settings: OcrSettings, alphabet: Sequence[str], recognise: Recogniser,
+                 read_mrz: Recogniser | None = None):
         self.settings = settings
         self.alphabet = list(alphabet)
         self.recognise = recognise
         self.mrz_mask = class_mask(self.alphabet, MRZ_CHARACTERS)
+        # An MRZ line's probabilities: read_mrz's (classes: the blank, MRZ_ALPHABET), else
+        # the recogniser's own, restricted to the MRZ characters.
+        self.read_mrz = read_mrz
+        self.mrz_alphabet = list(MRZ_ALPHABET) if read_mrz else self.alphabet
+        self.mrz_classes = None if read_mrz else self.mrz_mask
 
     def read(self, pages: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]
              ) -> list[list[TextLine]]:
@@ -171,7 +195,8 @@ class DocumentReader:
         lines: list[list[TextLine]] = [[] for _ in pages]
         for (page, i), (text, confidence, is_mrz) in sorted(readings.items()):
             if self._kept(text, confidence):
-                options = (lazy_options(steps[page, i], self.alphabet, text, self.mrz_mask)
+                options = (lazy_options(steps[page, i], self.mrz_alphabet, text,
+                                        self.mrz_classes)
                            if is_mrz and (page, i) in steps else None)
                 lines[page].append(TextLine(text, confidence,
                                             found[page].items[i][1] / pages[page][2], is_mrz,
@@ -208,6 +233,7 @@ class DocumentReader:
 
         dropped: set[tuple[int, int]] = set()
         tried: set[tuple[int, int]] = set()  # (page, first line of the row)
+        mended: list[tuple[int, np.ndarray]] = []  # (page, box) of each line read whole
         for _ in range(2):
             todo = []  # (page, row, box, the whole line's text)
             for page, found_page in enumerate(found):
@@ -226,17 +252,22 @@ class DocumentReader:
             if not todo:
                 break
             crops = [crop_line(found[page].canvas, box) for page, _, box, _ in todo]
-            again = self._recognise(crops, [self.settings.mrz_squeeze] * len(crops))
+            again = self._recognise(crops, [self.settings.mrz_squeeze] * len(crops),
+                                    self.read_mrz)
             for (page, row, box, beside), crop, step in zip(todo, crops, again, strict=True):
-                text, _ = ctc_greedy(step, self.alphabet)
+                text, _ = ctc_greedy(step, self.mrz_alphabet)
                 if not may_be_mrz(text, crop, self.settings.mrz_min_aspect):
                     continue
-                text, confidence = ctc_greedy(step, self.alphabet, self.mrz_mask)
+                text, confidence = ctc_greedy(step, self.mrz_alphabet, self.mrz_classes)
                 if "<" not in text or abs(len(text) - len(beside)) > MRZ_LENGTH_SLACK:
                     continue
-                found[page].items[row[0]] = (crop, box)
-                readings[page, row[0]] = (text, confidence, True)
-                steps[page, row[0]] = step
+                if any(p == page and _same_line(box, b) for p, b in mended):
+                    row = [None, *row]  # another piece of a line read whole: dropped
+                else:
+                    mended.append((page, box))
+                    found[page].items[row[0]] = (crop, box)
+                    readings[page, row[0]] = (text, confidence, True)
+                    steps[page, row[0]] = step
                 for i in row[1:]:
                     readings.pop((page, i), None)
                     steps.pop((page, i), None)
@@ -263,15 +294,10 @@ class DocumentReader:
         settings = self.settings
         long = [(page, i) for page, p in enumerate(found) for i, (crop, _) in enumerate(p.items)
                 if crop.shape[1] >= settings.mrz_min_aspect * crop.shape[0]]
-        steps = self._recognise([found[p].items[i][0] for p, i in long],
-                                [settings.mrz_squeeze] * len(long))
-        readings: Readings = {}
-        mrz_steps: dict[tuple[int, int], np.ndarray] = {}
-        for (page, i), step in zip(long, steps, strict=True):
-            text, confidence = ctc_greedy(step, self.alphabet)
-            if may_be_mrz(text, found[page].items[i][0], settings.mrz_min_aspect):
-                readings[page, i] = (*ctc_greedy(step, self.alphabet, self.mrz_mask), True)
-                mrz_steps[page, i] = step
+        crops = [found[p].items[i][0] for p, i in long]
+        texts, found_mrz = self._read_long(crops, {})
+        readings: Readings = {long[k]: (*texts[k], True) for k in found_mrz}
+        mrz_steps = {long[k]: step for k, step in found_mrz.items()}
         dropped = self._mend_mrz(found, readings, mrz_steps)
         self._fit_mrz_lengths(found, readings, mrz_steps)
         pending: dict[int, list[int]] = {}
@@ -311,21 +337,59 @@ class DocumentReader:
         decoded again from the same probabilities, restricted to [A-Z0-9<]; any other
         long crop (a long visual-zone line) is recognised again at its natural width.
         """
-        settings = self.settings
         long = {i for i, crop in enumerate(crops)
-                if crop.shape[1] >= settings.mrz_min_aspect * crop.shape[0]}
-        steps = self._recognise(crops, [settings.mrz_squeeze if i in long else 1.0
-                                        for i in range(len(crops))])
-        readings = [ctc_greedy(s, self.alphabet) for s in steps]
-        mrz = {i for i in long if may_be_mrz(readings[i][0], crops[i], settings.mrz_min_aspect)}
-        for i in mrz:
-            readings[i] = ctc_greedy(steps[i], self.alphabet, self.mrz_mask)
-        others = sorted(long - mrz)
+                if crop.shape[1] >= self.settings.mrz_min_aspect * crop.shape[0]}
+        short = {i: 1.0 for i in range(len(crops)) if i not in long}
+        texts, mrz = self._read_long(crops, short)
+        others = sorted(long - set(mrz))
         if others:
             again = self._recognise([crops[i] for i in others], [1.0] * len(others))
             for i, s in zip(others, again, strict=True):
-                readings[i] = ctc_greedy(s, self.alphabet)
-        return readings, {i: steps[i] for i in mrz}
+                texts[i] = ctc_greedy(s, self.alphabet)
+        return [texts[i] for i in range(len(crops))], mrz
+
+    def _read_long(self, crops: list[np.ndarray], short: dict[int, float]
+                   ) -> tuple[dict[int, tuple[str, float]], dict[int, np.ndarray]]:
+        """The crops that are not in ``short`` (index -> squeeze), read as MRZ lines or
+        not, and the crops of ``short`` read by the recogniser alongside: (text,
+        confidence) by index (an MRZ line's as its MRZ reading, a long line that is not
+        an MRZ line has none), and the MRZ lines' probabilities (:attr:`mrz_alphabet`).
+
+        With ``read_mrz``, every long crop is read by it first: one it reads surely as an
+        MRZ line (:func:`surely_mrz`) is one, and the general recogniser never sees it (it
+        cost 7 times as much). The others are read squeezed by the recogniser, with the
+        ``short`` crops, and are MRZ lines when that free reading looks like one
+        (:func:`may_be_mrz`); their MRZ reading is then ``read_mrz``'s (else the
+        recogniser's, restricted to the MRZ characters)."""
+        squeeze = self.settings.mrz_squeeze
+        long = [i for i in range(len(crops)) if i not in short]
+        mrz: dict[int, np.ndarray] = {}
+        if self.read_mrz is not None:
+            first = dict(zip(long, self._recognise([crops[i] for i in long],
+                                                   [squeeze] * len(long), self.read_mrz),
+                             strict=True))
+            mrz = {i: s for i, s in first.items()
+                   if surely_mrz(*ctc_greedy(s, self.mrz_alphabet))}
+        rest = [i for i in range(len(crops)) if i not in mrz]
+        steps = dict(zip(rest, self._recognise([crops[i] for i in rest],
+                                               [short.get(i, squeeze) for i in rest]),
+                         strict=True))
+        texts = {i: ctc_greedy(s, self.alphabet) for i, s in steps.items()}
+        for i in rest:
+            if i in short or not may_be_mrz(texts[i][0], crops[i], self.settings.mrz_min_aspect):
+                continue
+            if self.read_mrz is None:
+                mrz[i] = steps[i]
+            elif " " not in texts[i][0].strip():
+                # Not one the MRZ reader was sure of: then no word break either (a long
+                # visual-zone line of two words in capitals reads as an MRZ line otherwise).
+                mrz[i] = first[i]
+        for i, s in mrz.items():
+            texts[i] = ctc_greedy(s, self.mrz_alphabet, self.mrz_classes)
+        for i in long:
+            if i not in mrz:
+                del texts[i]
+        return texts, mrz
 
     def _fit_mrz_lengths(self, found: list[_Page], readings: Readings,
                          steps: dict[tuple[int, int], np.ndarray]) -> None:
@@ -349,19 +413,25 @@ class DocumentReader:
                 whole = found_page.items[key[1]][0].shape[1] >= WHOLE_LINE_WIDTH * widest
                 if target is None or not whole or not 0 < target - len(text) <= MAX_FILLERS_LOST:
                     continue
-                fitted = ctc_fixed_length(steps[key], self.alphabet, target, self.mrz_mask)
+                fitted = ctc_fixed_length(steps[key], self.mrz_alphabet, target,
+                                          self.mrz_classes)
                 if fitted is not None:
                     readings[key] = (*fitted, True)
 
-    def _recognise(self, crops: list[np.ndarray], squeeze: list[float]) -> list[np.ndarray]:
-        """The recogniser's ``[T, C]`` probabilities of each crop (padding cut off)."""
+    def _recognise(self, crops: list[np.ndarray], squeeze: list[float],
+                   recognise: Recogniser | None = None) -> list[np.ndarray]:
+        """The ``[T, C]`` probabilities of each crop (padding cut off) from ``recognise``
+        (default: the recogniser). A recogniser's stride is its answer's: the batch's
+        width over its time steps (8 for PP-OCR, 4 for mrz_rec version 2)."""
+        recognise = recognise or self.recognise
         results: list = [None] * len(crops)
         for batch in plan_batches(crops, self.settings.rec_max_batch,
                                   self.settings.rec_width_step,
                                   max_width=self.settings.rec_max_width, squeeze=squeeze):
-            probs = self.recognise(batch.images)
+            probs = recognise(batch.images)
+            stride = max(1, batch.images.shape[2] // max(probs.shape[1], 1))
             for row, (index, width) in enumerate(zip(batch.indices, batch.widths, strict=True)):
-                results[index] = probs[row, : -(-width // REC_STRIDE)]
+                results[index] = probs[row, : -(-width // stride)]
         return results
 
 
@@ -371,6 +441,15 @@ def document_report(lines: Sequence[TextLine]) -> dict:
     mrz = [line for line in lines if line.mrz]
     return parse_mrz([line.text for line in mrz], options=[line.options for line in mrz],
                      visual=[line.text for line in lines if not line.mrz])
+
+
+def _same_line(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two band boxes (TL, TR, BR, BL) are one line: their centres closer across
+    the line than half its thickness (the pieces of a tilted line may make two rows)."""
+    along = a[1] - a[0]
+    normal = np.array([-along[1], along[0]]) / max(float(np.linalg.norm(along)), 1e-6)
+    thickness = float(np.linalg.norm(a[3] - a[0]))
+    return abs(float((a.mean(axis=0) - b.mean(axis=0)) @ normal)) < 0.5 * thickness
 
 
 def _by_fit(indices: list[int], shapes: Sequence[tuple[int, ...]], values: set[str]

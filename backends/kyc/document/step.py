@@ -137,6 +137,12 @@ def rec_alphabet(repository: Repository, rec_model: str) -> list[str]:
     return [*lines, " "]
 
 
+def _reading(context: StepContext, model: str):
+    """A recogniser: a batch of crops -> ``model``'s PROBS (a BLS call when served)."""
+    callee = context.callee(model, ["PROBS"])
+    return lambda batch: callee({"IMAGES": batch})["PROBS"]
+
+
 def _pages(request: Request) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     require(request.inputs, PAGE_INPUTS)
     canvas, prob, scale = (request.inputs[n] for n in PAGE_INPUTS)
@@ -172,7 +178,7 @@ class OcrPostprocessStep:
         outputs=("TEXT_LINES", "DOCUMENT", "ATTESTATION"),
         # rec_model: also the alphabet file of its newest version; settings_model: the
         # model whose parameters are its defaults (ocr_fields reads ocr_postprocess's)
-        uses={"rec_model": Use(BLS),
+        uses={"rec_model": Use(BLS), "mrz_model": Use(BLS),
               "settings_model": Use(SETTINGS, acts_as=f"{__name__}:OcrPostprocessStep")})
 
     def __init__(self, reader: DocumentReader, admission: TicketReturns | None = None,
@@ -188,10 +194,10 @@ class OcrPostprocessStep:
             base = context.model_settings(OcrSettings, settings.settings_model)
             settings = replace(base, **{k: getattr(settings, k) for k in context.parameters
                                         if k in OcrSettings.__dataclass_fields__})
-        recogniser = context.callee(settings.rec_model, ["PROBS"])
         alphabet = rec_alphabet(context.repository, settings.rec_model)
-        return cls(DocumentReader(settings, alphabet,
-                                  lambda batch: recogniser({"IMAGES": batch})["PROBS"]),
+        read, read_mrz = (_reading(context, model) if model else None
+                          for model in (settings.rec_model, settings.mrz_model))
+        return cls(DocumentReader(settings, alphabet, read, read_mrz),
                    TicketReturns() if context.in_server else None,
                    pipeline_sealer(context.environ))
 
