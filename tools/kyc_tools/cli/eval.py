@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from kyc_tools.cli.repo import DEFAULT_REPOSITORY
-from kyc_tools.eval import DOCUMENT_MODELS
+from kyc_tools.eval import DOCUMENT_MODELS, MEASURED
 
 
 def _versions(text: str) -> list[int]:
@@ -46,6 +46,10 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--versions", type=_versions, default=None,
                        help=f"versions of {model} to compare, as 1,2 (default: every one "
                             "on disk)")
+        p.add_argument("--candidate", type=Path, default=None, metavar="PATH",
+                       help=f"a version of {model} not yet in the repository (its folder, "
+                            "or its model file), measured as the next version beside those "
+                            "on disk; the repository is not changed")
         p.add_argument("--json", type=Path, default=None, help="write the figures as JSON")
         p.add_argument("--report", type=Path, default=None,
                        help="write a Markdown report, its PNG plots beside it")
@@ -55,7 +59,7 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> None:
     faces.add_argument("data", type=Path, help="DIR/<person>/<image>")
     faces.add_argument("--fmr", type=float, default=1e-3,
                        help="the target false match rate for the threshold (default 1e-3)")
-    common(faces, "face_embedding")
+    common(faces, MEASURED["faces"])
 
     documents = kinds.add_parser("documents", help="document reading: MRZ and fields")
     documents.add_argument("data", type=Path, help="DIR/<name>.jpg with DIR/<name>.json")
@@ -67,11 +71,11 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> None:
 
     liveness = kinds.add_parser("liveness", help="presentation attacks: APCER, BPCER")
     liveness.add_argument("data", type=Path, help="DIR/<sample>/ with frames and label.json")
-    common(liveness, "liveness_sequence")
+    common(liveness, MEASURED["liveness"])
 
     antifraud = kinds.add_parser("antifraud", help="fraud scores: ROC AUC, distribution")
     antifraud.add_argument("data", type=Path, help="a CSV of the feature columns and label")
-    common(antifraud, "antifraud")
+    common(antifraud, MEASURED["antifraud"])
 
     samples = kinds.add_parser("samples", help="write the labelled data this project may use")
     samples.add_argument("--out", type=Path, required=True)
@@ -89,18 +93,23 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_eval(args: argparse.Namespace) -> int:
     from kyc_tools.eval import antifraud, documents, faces, liveness
     from kyc_tools.eval.report import public, write_json, write_report
-    from kyc_tools.eval.server import EvalError
+    from kyc_tools.eval.server import EvalError, with_candidate
 
+    model = args.model if args.eval_kind == "documents" else MEASURED[args.eval_kind]
     try:
-        if args.eval_kind == "faces":
-            result = faces.run(args.data, args.repository, args.versions, args.fmr)
-        elif args.eval_kind == "documents":
-            result = documents.run(args.data, args.repository, args.model, args.versions,
-                                   args.peer)
-        elif args.eval_kind == "liveness":
-            result = liveness.run(args.data, args.repository, args.versions)
-        else:
-            result = antifraud.run(args.data, args.repository, args.versions)
+        with with_candidate(args.repository, model, args.candidate) as repository:
+            if args.eval_kind == "faces":
+                result = faces.run(args.data, repository, args.versions, args.fmr)
+            elif args.eval_kind == "documents":
+                result = documents.run(args.data, repository, args.model, args.versions,
+                                       args.peer)
+            elif args.eval_kind == "liveness":
+                result = liveness.run(args.data, repository, args.versions)
+            else:
+                result = antifraud.run(args.data, repository, args.versions)
+        result["repository"] = str(args.repository)
+        if args.candidate is not None:
+            result["candidate"] = str(args.candidate)
     except EvalError as exc:
         print(f"kyc eval {args.eval_kind}: {exc}", file=sys.stderr)
         return 1

@@ -15,3 +15,6 @@ Tooling: no served model imports it.
 # The models of document_ocr whose versions `kyc eval documents --model` compares (the
 # first by default); here, where the command line reads it without the measures' imports.
 DOCUMENT_MODELS = ("ocr_rec", "mrz_rec", "ocr_det")
+# The model whose versions each other measure compares.
+MEASURED = {"faces": "face_embedding", "liveness": "liveness_sequence",
+            "antifraud": "antifraud"}

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from kyc.decision.features import FEATURES
-from kyc_tools.eval import metrics
+from kyc_tools.eval import MEASURED, metrics
 from kyc_tools.eval.calls import array_input, each, error_text
 from kyc_tools.eval.data import read_cases
 from kyc_tools.eval.server import EvalServer, pick_versions
@@ -25,7 +25,7 @@ from kyc_tools.repo.config import model_parameters
 
 log = logging.getLogger(__name__)
 
-MODEL = "antifraud"
+MODEL = MEASURED["antifraud"]
 DECISION = "kyc_decision"
 THRESHOLDS = ("fraud_review_threshold", "fraud_reject_threshold")
 

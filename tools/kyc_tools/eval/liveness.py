@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kyc_tools.eval import metrics
+from kyc_tools.eval import MEASURED, metrics
 from kyc_tools.eval.calls import each, error_text
 from kyc_tools.eval.data import LivenessSample, read_liveness
 from kyc_tools.eval.server import EvalServer, pick_versions
@@ -33,7 +33,7 @@ from kyc_tools.repo.config import model_parameters
 
 log = logging.getLogger(__name__)
 
-MODEL = "liveness_sequence"
+MODEL = MEASURED["liveness"]
 SESSIONS_IN_FLIGHT = 8
 NO_PAD = ("no passive anti-spoofing model is installed (antispoof_model is empty; no "
           "credible pretrained weights exist on a package registry): the verdict rests on the "

@@ -63,6 +63,40 @@ def versions_on_disk(repository: Path, model: str) -> list[int]:
     return sorted(int(p.name) for p in folder.iterdir() if p.is_dir() and p.name.isdigit())
 
 
+@contextlib.contextmanager
+def with_candidate(repository: Path, model: str, candidate: Path | None) -> Iterator[Path]:
+    """``repository``; or, with a ``candidate`` (a version folder, or its one model file),
+    a temporary view of it where the candidate is ``model``'s next version, beside the
+    versions on disk: measured before it is dropped into a repository a server may be
+    serving (where ``version_policy`` "latest" would serve it at once). Nothing in the
+    repository changes."""
+    if candidate is None:
+        yield repository
+        return
+    if not candidate.exists():
+        raise EvalError(f"{candidate} does not exist")
+    if not (repository / model / "config.pbtxt").is_file():
+        raise EvalError(f"{repository} has no model {model}")
+    with tempfile.TemporaryDirectory(prefix="kyc-candidate-") as tmp:
+        view = Path(tmp)
+        for folder in sorted(repository.resolve().iterdir()):
+            if folder.is_dir() and not folder.name.startswith(".") and folder.name != model:
+                (view / folder.name).symlink_to(folder, target_is_directory=True)
+        (view / model).mkdir()
+        for entry in sorted((repository / model).resolve().iterdir()):
+            if not entry.name.startswith("."):
+                (view / model / entry.name).symlink_to(entry)
+        target = view / model / str(max(versions_on_disk(repository, model), default=0) + 1)
+        if candidate.is_dir():
+            target.symlink_to(candidate.resolve(), target_is_directory=True)
+        else:
+            name = load_config(repository / model / "config.pbtxt").default_model_filename
+            target.mkdir()
+            (target / (name or "model.onnx")).symlink_to(candidate.resolve())
+        log.info("%s: %s measured as version %s", model, candidate, target.name)
+        yield view
+
+
 def pick_versions(repository: Path, model: str, asked: Sequence[int] | None) -> list[int]:
     """``asked`` (each must be on disk), or every version on disk."""
     found = versions_on_disk(repository, model)
