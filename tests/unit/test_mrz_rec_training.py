@@ -54,3 +54,23 @@ def test_the_shipped_version_is_the_file_the_manifest_pins(tmp_path):
     (copy / "model.onnx").unlink()
     with pytest.raises(mrz_rec.ConversionError, match="missing"):
         mrz_rec.check_shipped(tmp_path)
+
+
+def test_kyc_models_mrz_rec_train_writes_a_model_the_repository_check_accepts(tmp_path,
+                                                                              capsys):
+    """The command, on 2 pages for 1 epoch: the ONNX file it writes passes the checks a
+    dropped version folder gets (its tensors against mrz_rec's config)."""
+    from kyc_tools.cli import main
+    from kyc_tools.repo.check import check_model
+
+    out = tmp_path / "model.onnx"
+    assert main(["models", "mrz-rec", "train", "--pages", "2", "--epochs", "1",
+                 "--out", str(out)]) == 0
+    assert f"wrote {out}" in capsys.readouterr().out
+    repo = tmp_path / "repo"
+    shutil.copytree(SHIPPED_REPOSITORY / "mrz_rec", repo / "mrz_rec",
+                    ignore=shutil.ignore_patterns("[0-9]*"))
+    (repo / "mrz_rec" / "1").mkdir()
+    shutil.copyfile(out, repo / "mrz_rec" / "1" / "model.onnx")
+    _, problems = check_model(repo / "mrz_rec", root=repo)
+    assert problems == []
