@@ -1,9 +1,10 @@
 # Production image: Triton 2.51.0 (NGC 24.10) serving model_repository/ on GPU.
 #   make image       (make wheelhouse, then docker build --network none -t kyc-triton:latest .)
-#   docker run --gpus all --shm-size=1g -p 8000-8002:8000-8002 -e KYC_ADMIN_KEY=... \
+#   docker run --gpus all --shm-size=2g -p 8000-8002:8000-8002 -e KYC_ADMIN_KEY=... \
 #       -e KYC_TOKEN_KEY=... -e KYC_CLIENT_KEY=... kyc-triton
 # The Python backend moves tensors through /dev/shm: Docker's default 64 MB is
-# too small for batched images, hence --shm-size (1 GB is ample for the defaults).
+# too small for batched images, hence --shm-size (each stub's region is created at
+# 64 MiB, kyc_tools.runtime.server: 16 models and a version switch fit in 2 GB).
 #
 # The build reaches no network: everything it installs was fetched and checked on the
 # host by `make wheelhouse` (build/wheelhouse: the hash-locked wheels, the pinned weight

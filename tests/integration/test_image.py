@@ -1,6 +1,6 @@
 """The production image, for real: kyc-triton:cpu (the repository's Dockerfile built by
 `make image-cpu` on the CPU stand-in base) run in a real Docker engine as users run it,
-`docker run --network host --shm-size=1g -e KYC_ADMIN_KEY=... -e KYC_TOKEN_KEY=...
+`docker run --network host --shm-size=2g -e KYC_ADMIN_KEY=... -e KYC_TOKEN_KEY=...
 -e KYC_CLIENT_KEY=... kyc-triton:cpu [kyc serve options]`, on free loopback ports; the
 clients here send the client key as the operator's would (KYC_CLIENT_KEY).
 
@@ -32,7 +32,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from kyc_customers import document, token_of, verify
-from kyc_testing import SHIPPED_REPOSITORY, ensemble_inputs
+from kyc_testing import SHIPPED_REPOSITORY, ensemble_inputs, searchable
 from kyc_tools.assets.fetch import fetch_test_photos
 from kyc_tools.channel import CLIENT_KEY_ENV, CLIENT_KEY_HEADER
 from kyc_tools.cli import main
@@ -114,7 +114,7 @@ def running(*docker_options: str) -> Iterator[SimpleNamespace]:
     status_port = free_port()
     name = f"kyc-test-{uuid.uuid4().hex[:8]}"
     started = time.monotonic()
-    docker("run", "-d", "--name", name, "--network", "host", "--shm-size=1g",
+    docker("run", "-d", "--name", name, "--network", "host", "--shm-size=2g",
            "-e", f"KYC_ADMIN_KEY={admin_key}", "-e", f"KYC_TOKEN_KEY={token_key()}",
            "-e", f"KYC_CLIENT_KEY={CLIENT_KEY}", *docker_options,
            IMAGE, "--http-port", str(options.http_port), "--grpc-port", str(options.grpc_port),
@@ -154,7 +154,8 @@ def photos():
 def sent_document(container, photos, seed: int, **kinds) -> bytes:
     """test_kyc_ensemble's document; its identity's personal data is remembered."""
     identity = random_identity(np.random.default_rng(seed), expired=kinds.get("expired", False))
-    container.sent["text"] += [identity.surname, identity.given_names, identity.document_number]
+    container.sent["text"] += searchable(identity.surname, identity.given_names,
+                                         identity.document_number)
     doc = document(photos, seed, **kinds)
     container.sent["images"].append(doc)
     return doc

@@ -20,6 +20,7 @@ from kyc_testing import (
     ensemble_inputs,
     live_session,
     require_weights,
+    searchable,
     start_server,
 )
 from kyc_tools.assets.fetch import fetch_test_photos
@@ -48,8 +49,8 @@ def flows(tmp_path_factory):
             identity = random_identity(rng)
             rendered = render_document(identity, "td3", portrait, Degradation(), rng)
             documents.append(rendered.jpeg_bytes())
-            secrets["text"] += [identity.surname, identity.given_names, identity.document_number,
-                                *rendered.mrz_lines]
+            secrets["text"] += [*searchable(identity.surname, identity.given_names,
+                                            identity.document_number), *rendered.mrz_lines]
         selfie, impostor = (photos[k].read_bytes() for k in ("person_a_2", "impostor_1"))
         secrets["images"] += [*documents, selfie, impostor]
 

@@ -180,11 +180,11 @@ def test_the_docs_cpu_run_line_is_the_one_the_image_tests_run():
     block = page.split("make image-cpu  #", 1)[1].split("```", 1)[0].replace("\\\n", " ")
     run = shlex.split(next(line for line in block.splitlines() if "docker run" in line))
     assert run[:2] == ["docker", "run"]
-    assert {"--network", "host", "--shm-size=1g", "kyc-triton:cpu"} <= set(run)
+    assert {"--network", "host", "--shm-size=2g", "kyc-triton:cpu"} <= set(run)
     assert [run[i + 1].split("=")[0] for i, a in enumerate(run) if a == "-e"] == [
         "KYC_ADMIN_KEY", "KYC_TOKEN_KEY", "KYC_CLIENT_KEY"]
     tests = (PROJECT_ROOT / "tests" / "integration" / "test_image.py").read_text()
-    for option in ('"--network", "host", "--shm-size=1g"', '"-e", f"KYC_ADMIN_KEY=',
+    for option in ('"--network", "host", "--shm-size=2g"', '"-e", f"KYC_ADMIN_KEY=',
                    '"-e", f"KYC_TOKEN_KEY=', '"-e", f"KYC_CLIENT_KEY=', "--http-port",
                    "--grpc-port", "--metrics-port", '"--host", options.address'):
         assert option in tests, option

@@ -67,8 +67,9 @@ MIN_ADMIN_KEY_CHARS = 16
 # only once written) instead of the backend's 1 MiB grown in 1 MiB steps. Grown step
 # by step, each region placed new tensors past the holes its freed ones left, and the
 # pages written crept pass after pass of the hostile corpus (all regions: +160, +47,
-# +5 MiB; created at 64 MiB: +72, +9, 0). 13 stubs x 64 MiB stays inside the 1 GiB
-# /dev/shm the image and deploy/ give (docs/reliability.md, "Memory").
+# +5 MiB; created at 64 MiB: +72, +9, 0). 14 stubs and a version switch's second one
+# x 64 MiB stay inside the 2 GiB /dev/shm the image and deploy/ give (1 GiB held 13
+# and a switch, not 14: issue 45; docs/reliability.md, "Memory").
 PYTHON_SHM_DEFAULT_BYTES = 64 * 2**20
 # gRPC request/response objects kept for reuse. Each one kept holds the capacity of
 # the largest request it carried (up to the 20 MiB image limit): with Triton's 8,
