@@ -315,19 +315,24 @@ class OnnxBatchRunner:
         concatenate: bool = True,
     ) -> None:
         started = time.perf_counter()
+        if concatenate and len(members) > 1:  # one shape per group: they concatenate
+            feeds = {
+                name: np.concatenate([prepared[i][name] for i in members], axis=0)
+                for name in prepared[members[0]]
+            }
+        else:
+            feeds = prepared[members[0]]
         try:
-            if concatenate and len(members) > 1:
-                feeds = {
-                    name: np.concatenate([prepared[i][name] for i in members], axis=0)
-                    for name in prepared[members[0]]
-                }
-            else:
-                feeds = prepared[members[0]]
             outputs = self.session.run(self.output_names, feeds)
         except Exception as exc:  # a failed run answers only this group
-            log.warning("onnxruntime run failed for %d requests: %s", len(members), exc)
+            # The runtime's text (its nodes, its source files) stays in the log: the
+            # caller is told its shapes, which the run could not take.
+            shapes = ", ".join(f"{n} {list(a.shape)}" for n, a in sorted(feeds.items()))
+            log.warning("onnxruntime run failed for %d requests (%s): %s", len(members),
+                        shapes, exc)
             for i in members:
-                results[i] = StepError(f"onnxruntime failed: {exc}")
+                results[i] = StepError(f"onnxruntime failed on {shapes}: the model cannot "
+                                       "run on inputs of these shapes (the server log says why)")
             return
         arrays = [
             np.asarray(out, dtype=spec.dtype)

@@ -275,3 +275,39 @@ def test_ocr_det_marks_text_and_not_the_background(client):
     outside[max(0, y0 - 20): y1 + 20, max(0, x0 - 20): x1 + 20] = 0
     assert inside.mean() > 0.3, inside.mean()
     assert outside.max() < 0.3, outside.max()
+
+
+def test_mrz_rec_reads_an_mrz_line_and_a_hostile_crop_gets_only_its_own_answer(client):
+    """mrz_rec 2 as served: a line cut as the reader cuts it reads exactly. A caller who
+    calls it directly (it is callable like every model) gets class probabilities of its
+    own crop and nothing else: odd widths answer alone, a wrong height is refused, and
+    the model still reads afterwards."""
+    from kyc.document.lines import ctc_greedy
+    from kyc.document.mrz_rec import MRZ_ALPHABET, MRZ_CLASS_COUNT
+    from kyc_tools.synthetic.mrz_lines import line_samples
+
+    sample = next(line_samples(np.random.default_rng(4501), 1, squeeze=0.6, max_width=1600))
+    width = math.ceil(sample.image.shape[1] / 64) * 64
+    padded = np.full((48, width, 3), 127, np.uint8)
+    padded[:, : sample.image.shape[1]] = sample.image
+
+    def read() -> str:
+        probs = infer(client, "mrz_rec", {"IMAGES": padded[None]}, ["PROBS"])[0]
+        assert probs.shape == (1, width // 4, MRZ_CLASS_COUNT)
+        # the padding's steps cut off, as the reader cuts them (it was never trained on them)
+        return ctc_greedy(probs[0, : math.ceil(sample.image.shape[1] / 4)], MRZ_ALPHABET)[0]
+
+    assert read() == sample.text
+    for odd in (4, 5, 4096):
+        probs = infer(client, "mrz_rec", {"IMAGES": np.zeros((2, 48, odd, 3), np.uint8)},
+                      ["PROBS"])[0]
+        assert probs.shape[0] == 2 and probs.shape[2] == MRZ_CLASS_COUNT
+        assert np.isfinite(probs).all()
+    for narrow in (1, 3):  # narrower than a pooling window: told so, nothing of the runtime
+        with pytest.raises(Exception, match="cannot run on inputs of these shapes") as caught:
+            infer(client, "mrz_rec", {"IMAGES": np.zeros((1, 48, narrow, 3), np.uint8)},
+                  ["PROBS"])
+        assert "MaxPool" not in str(caught.value) and ".cpp" not in str(caught.value)
+    with pytest.raises(Exception, match=r"INVALID_ARG|unexpected shape"):
+        infer(client, "mrz_rec", {"IMAGES": np.zeros((1, 47, 64, 3), np.uint8)}, ["PROBS"])
+    assert read() == sample.text
