@@ -5,7 +5,7 @@ whole range Doc 9303 allows: look-alike letters in numbers, short and cut names)
 TD1, TD2 or TD3, photographed (default or :data:`HARSH` degradations). Each MRZ line
 is cut out as the reader cuts a detector's box (:func:`kyc.document.lines.crop_line`),
 from where the renderer printed it, its edges moved as the detector's boxes move:
-measured on 12 pages of each kind through ``document_ocr`` (issue 45), the box starts
+measured on 12 pages (4 of each kind) through ``document_ocr`` (issue 45), the box starts
 0.03-0.23 of a character cell inside the line's first cell, ends up to 0.32 of a cell
 short of its last, and runs 0.04-0.24 of the capital height above the capitals and
 0.01-0.12 below the baseline. The draws below take a wider range than measured. The
