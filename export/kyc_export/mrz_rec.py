@@ -20,7 +20,6 @@ exporting.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Sequence
@@ -268,10 +267,6 @@ def parity(net, model: onnx.ModelProto, seed: int = 7) -> float:
     return diff
 
 
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def shipped(repository: Path) -> tuple[Path, str]:
     """The trained version's file in ``repository`` and the sha256 the manifest pins."""
     from kyc_tools.assets.manifest import load_manifest
@@ -283,11 +278,14 @@ def shipped(repository: Path) -> tuple[Path, str]:
 def check_shipped(repository: Path) -> Path:
     """The shipped trained version's path, when its sha256 is the manifest's; raises
     :class:`ConversionError` otherwise (missing, or another file)."""
+    from kyc_tools.assets.fetch import sha256_file
+
     path, expected = shipped(repository)
     if not path.is_file():
         raise ConversionError(f"{path} is missing: the repository ships it (git checkout)")
-    if sha256(path) != expected:
+    found = sha256_file(path)
+    if found != expected:
         raise ConversionError(f"{path} is not the trained model the manifest pins (sha256 "
-                              f"{sha256(path)[:12]}..., pinned {expected[:12]}...): retrain "
+                              f"{found[:12]}..., pinned {expected[:12]}...): retrain "
                               "with `kyc models mrz-rec train` and update trained.mrz_rec")
     return path

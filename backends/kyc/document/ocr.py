@@ -295,7 +295,7 @@ class DocumentReader:
         long = [(page, i) for page, p in enumerate(found) for i, (crop, _) in enumerate(p.items)
                 if crop.shape[1] >= settings.mrz_min_aspect * crop.shape[0]]
         crops = [found[p].items[i][0] for p, i in long]
-        texts, found_mrz = self._read_long(crops, {})
+        texts, found_mrz = self._read_long(crops, set())
         readings: Readings = {long[k]: (*texts[k], True) for k in found_mrz}
         mrz_steps = {long[k]: step for k, step in found_mrz.items()}
         dropped = self._mend_mrz(found, readings, mrz_steps)
@@ -339,7 +339,7 @@ class DocumentReader:
         """
         long = {i for i, crop in enumerate(crops)
                 if crop.shape[1] >= self.settings.mrz_min_aspect * crop.shape[0]}
-        short = {i: 1.0 for i in range(len(crops)) if i not in long}
+        short = {i for i in range(len(crops)) if i not in long}
         texts, mrz = self._read_long(crops, short)
         others = sorted(long - set(mrz))
         if others:
@@ -348,11 +348,11 @@ class DocumentReader:
                 texts[i] = ctc_greedy(s, self.alphabet)
         return [texts[i] for i in range(len(crops))], mrz
 
-    def _read_long(self, crops: list[np.ndarray], short: dict[int, float]
+    def _read_long(self, crops: list[np.ndarray], short: set[int]
                    ) -> tuple[dict[int, tuple[str, float]], dict[int, np.ndarray]]:
-        """The crops that are not in ``short`` (index -> squeeze), read as MRZ lines or
-        not, and the crops of ``short`` read by the recogniser alongside: (text,
-        confidence) by index (an MRZ line's as its MRZ reading, a long line that is not
+        """The crops that are not in ``short`` (indices), read as MRZ lines or not, and
+        the crops of ``short`` read by the recogniser alongside at their natural width:
+        (text, confidence) by index (an MRZ line's as its MRZ reading, a long line that is not
         an MRZ line has none), and the MRZ lines' probabilities (:attr:`mrz_alphabet`).
 
         With ``read_mrz``, every long crop is read by it first: one it reads surely as an
@@ -365,15 +365,17 @@ class DocumentReader:
         squeeze = self.settings.mrz_squeeze
         long = [i for i in range(len(crops)) if i not in short]
         mrz: dict[int, np.ndarray] = {}
+        first: dict[int, tuple[np.ndarray, tuple[str, float]]] = {}  # read_mrz's, and its text
         if self.read_mrz is not None:
-            first = dict(zip(long, self._recognise([crops[i] for i in long],
-                                                   [squeeze] * len(long), self.read_mrz),
-                             strict=True))
-            mrz = {i: s for i, s in first.items()
-                   if surely_mrz(*ctc_greedy(s, self.mrz_alphabet))}
+            for i, s in zip(long, self._recognise([crops[i] for i in long],
+                                                  [squeeze] * len(long), self.read_mrz),
+                            strict=True):
+                first[i] = s, ctc_greedy(s, self.mrz_alphabet)
+            mrz = {i: s for i, (s, read) in first.items() if surely_mrz(*read)}
         rest = [i for i in range(len(crops)) if i not in mrz]
         steps = dict(zip(rest, self._recognise([crops[i] for i in rest],
-                                               [short.get(i, squeeze) for i in rest]),
+                                               [1.0 if i in short else squeeze
+                                                for i in rest]),
                          strict=True))
         texts = {i: ctc_greedy(s, self.alphabet) for i, s in steps.items()}
         for i in rest:
@@ -384,9 +386,10 @@ class DocumentReader:
             elif " " not in texts[i][0].strip():
                 # Not one the MRZ reader was sure of: then no word break either (a long
                 # visual-zone line of two words in capitals reads as an MRZ line otherwise).
-                mrz[i] = first[i]
-        for i, s in mrz.items():
-            texts[i] = ctc_greedy(s, self.mrz_alphabet, self.mrz_classes)
+                mrz[i] = first[i][0]
+        for i, s in mrz.items():  # read_mrz's own reading, else the recogniser's, restricted
+            texts[i] = first[i][1] if i in first else ctc_greedy(s, self.mrz_alphabet,
+                                                                 self.mrz_classes)
         for i in long:
             if i not in mrz:
                 del texts[i]

@@ -79,9 +79,7 @@ def with_candidate(repository: Path, model: str, candidate: Path | None) -> Iter
         raise EvalError(f"{repository} has no model {model}")
     with tempfile.TemporaryDirectory(prefix="kyc-candidate-") as tmp:
         view = Path(tmp)
-        for folder in sorted(repository.resolve().iterdir()):
-            if folder.is_dir() and not folder.name.startswith(".") and folder.name != model:
-                (view / folder.name).symlink_to(folder, target_is_directory=True)
+        _link_models(repository.resolve(), view, but=model)
         (view / model).mkdir()
         for entry in sorted((repository / model).resolve().iterdir()):
             if not entry.name.startswith("."):
@@ -128,9 +126,7 @@ def write_view(repository: Path, view: Path, model: str | None, version: int | N
     from google.protobuf import text_format
 
     view.mkdir(parents=True, exist_ok=True)
-    for folder in sorted(repository.iterdir()):
-        if folder.is_dir() and not folder.name.startswith(".") and folder.name != model:
-            (view / folder.name).symlink_to(folder, target_is_directory=True)
+    _link_models(repository, view, but=model)
     if model is None or version is None:
         return view
     source = repository / model
@@ -144,6 +140,13 @@ def write_view(repository: Path, view: Path, model: str | None, version: int | N
     (view / model / str(version)).symlink_to(source / str(version), target_is_directory=True)
     (view / model / "config.pbtxt").write_text(text_format.MessageToString(config))
     return view
+
+
+def _link_models(repository: Path, view: Path, but: str | None) -> None:
+    """A link in ``view`` to each model folder of ``repository`` but ``but``."""
+    for folder in sorted(repository.iterdir()):
+        if folder.is_dir() and not folder.name.startswith(".") and folder.name != but:
+            (view / folder.name).symlink_to(folder, target_is_directory=True)
 
 
 def fit_outputs(config: Any, version_dir: Path) -> None:
