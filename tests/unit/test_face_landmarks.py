@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from kyc.face.landmarks import SIDE, canonical_face, mesh_pose, roi
+from kyc.face.landmarks import POSE_KNOTS, SIDE, calibrated, canonical_face, mesh_pose, roi
 from kyc.face.quality import head_pose
 
 
@@ -61,3 +61,19 @@ def test_the_region_is_upright_about_the_face_and_maps_back():
     assert np.allclose(region.to_image(crop_of(five)), five)
     pixels = np.zeros((240, 320, 3), np.uint8)
     assert region.cut(pixels).shape == (SIDE, SIDE, 3)
+
+
+def test_the_calibration_goes_through_its_knots_keeps_signs_and_extends_past_the_last():
+    for k, measure in enumerate(("yaw", "pitch")):
+        knots = POSE_KNOTS[measure]
+        reads = [r for r, _ in knots]
+        assert reads == sorted(reads) and (0.0, 0.0) in knots
+        for read, degrees in knots:
+            assert calibrated(*((read, 0.0) if k == 0 else (0.0, read)))[k] == \
+                pytest.approx(degrees)
+            assert abs(degrees) >= abs(read)  # the fit reads less than the head turns
+        (r1, d1), (r2, d2) = knots[-2:]
+        past = r2 + 5.0
+        assert calibrated(*((past, 0.0) if k == 0 else (0.0, past)))[k] == \
+            pytest.approx(d2 + 5.0 * (d2 - d1) / (r2 - r1))
+    assert calibrated(3.0, -3.0)[0] > 3.0 and calibrated(3.0, -3.0)[1] < -3.0

@@ -16,7 +16,13 @@ of turn from the five points, and as 4-8 from the 468, against 11 for her real t
    ``canonical_face.npy``) to them (OpenCV's solvePnP, a camera of long focal
    length: a selfie's face is small against its distance) and reads yaw, pitch and
    roll with :func:`kyc.face.quality.head_pose`'s signs: yaw > 0 towards the image's
-   right, pitch > 0 up, roll > 0 clockwise.
+   right, pitch > 0 up, roll > 0 clockwise;
+4. :func:`calibrated` turns the fit's yaw and pitch into degrees of the head. The
+   landmark model draws a turned face back towards the frontal mean shape it learnt:
+   renders of a face turned a known angle read about 0.6 of it (20 degrees read
+   12-13), as an independent model, dlib's 68 landmarks, reads 0.72 of it. The knots
+   (:data:`POSE_KNOTS`) are the mean readings of renders of known angles, measured by
+   ``kyc eval pose`` (docs/liveness.md).
 
 Pure numpy and OpenCV; nothing here logs or keeps what it is given.
 """
@@ -35,6 +41,17 @@ SIDE = 192  # the model's input square
 ROI_SPAN = 3.9  # the crop's side over the eye-to-mouth distance
 MESH_FILE = "canonical_face.npy"
 FOCAL_WIDTHS = 10.0  # the camera's focal length in image widths
+# The fit's reading -> degrees of the head, per measure: (mean reading, degrees) of
+# renders of known angles of ten faces of six people and their mirror images, measured
+# by `kyc eval pose` on 2026-11-28 (docs/liveness.md: each person's renders read within
+# 1 degree on average through knots fitted on the others'); interpolated between
+# knots, extended beyond the last ones along their slope.
+POSE_KNOTS: dict[str, tuple[tuple[float, float], ...]] = {
+    "yaw": ((-16.0, -30.0), (-11.9, -20.0), (-6.0, -10.0), (0.0, 0.0), (6.4, 10.0),
+            (12.4, 20.0), (17.1, 30.0)),
+    "pitch": ((-21.1, -30.0), (-12.8, -20.0), (-5.8, -10.0), (0.0, 0.0), (5.6, 10.0),
+              (11.9, 20.0), (18.5, 30.0)),
+}
 # Mesh (x right, y up, z to the camera) -> OpenCV's camera axes (y down, z away).
 _TO_CAMERA = np.diag([1.0, -1.0, -1.0])
 
@@ -107,3 +124,18 @@ def mesh_pose(points: np.ndarray, width: int, height: int) -> tuple[float, float
     pitch = math.degrees(math.asin(max(-1.0, min(1.0, head[1, 2]))))
     roll = -math.degrees(math.atan2(head[1, 0], head[1, 1]))
     return (yaw, pitch, roll)
+
+
+def _through(knots: tuple[tuple[float, float], ...], value: float) -> float:
+    reads, degrees = np.array(knots).T
+    if value < reads[0] or value > reads[-1]:
+        end = (0, 1) if value < reads[0] else (-2, -1)
+        slope = (degrees[end[1]] - degrees[end[0]]) / (reads[end[1]] - reads[end[0]])
+        edge = end[0] if value < reads[0] else end[1]
+        return float(degrees[edge] + slope * (value - reads[edge]))
+    return float(np.interp(value, reads, degrees))
+
+
+def calibrated(yaw: float, pitch: float) -> tuple[float, float]:
+    """The head's (yaw, pitch) in degrees from the mesh fit's (:data:`POSE_KNOTS`)."""
+    return (_through(POSE_KNOTS["yaw"], yaw), _through(POSE_KNOTS["pitch"], pitch))

@@ -10,6 +10,8 @@ a private Triton server over the repository (kyc_tools.eval).
                              BPCER; versions of liveness_sequence
   kyc eval antifraud F.csv   the feature columns and label: ROC AUC, score distribution;
                              versions of antifraud
+  kyc eval pose              renders of known angles: the degrees the liveness head pose
+                             reads, and the knots that calibrate it
   kyc eval samples --out D   the labelled data this project may use, in those formats
 
 Every version on disk is measured unless --versions names some (one not yet serving
@@ -71,7 +73,16 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> None:
 
     liveness = kinds.add_parser("liveness", help="presentation attacks: APCER, BPCER")
     liveness.add_argument("data", type=Path, help="DIR/<sample>/ with frames and label.json")
+    liveness.add_argument("--before", type=Path, default=None, metavar="JSON",
+                          help="the --json of a run of the code before a change on the same "
+                               "sequences: shown beside, as 'before'")
     common(liveness, MEASURED["liveness"])
+
+    pose = kinds.add_parser("pose", help="head pose: degrees read for known angles")
+    pose.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY,
+                      help="finds the faces and reads their landmarks (in process)")
+    pose.add_argument("--json", type=Path, default=None, help="write the figures as JSON")
+    pose.set_defaults(func=cmd_pose)
 
     antifraud = kinds.add_parser("antifraud", help="fraud scores: ROC AUC, distribution")
     antifraud.add_argument("data", type=Path, help="a CSV of the feature columns and label")
@@ -104,7 +115,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 result = documents.run(args.data, repository, args.model, args.versions,
                                        args.peer)
             elif args.eval_kind == "liveness":
-                result = liveness.run(args.data, repository, args.versions)
+                result = liveness.run(args.data, repository, args.versions, args.before)
             else:
                 result = antifraud.run(args.data, repository, args.versions)
         result["repository"] = str(args.repository)
@@ -140,6 +151,27 @@ def summary(kind: str, figures: dict) -> dict:
     if kind == "liveness":
         out["apcer_by_type"] = {t: a["apcer"] for t, a in figures["apcer_by_type"].items()}
     return out
+
+
+def cmd_pose(args: argparse.Namespace) -> int:
+    """The knots fitted on every render of known angle, and the degrees read: through
+    the shipped knots, through knots fitted on the other people's, between the knots."""
+    from kyc_tools.eval import pose
+
+    known = pose.measure(args.repository)
+    between = pose.measure(args.repository, angles=pose.BETWEEN)
+    result = {"knots": pose.fit(known), "shipped": pose.table(pose.shipped(known)),
+              "held_out": pose.table(pose.held_out(known)),
+              "between": pose.table(pose.shipped(between)), "within_deg": pose.WITHIN_DEG}
+    for name in ("shipped", "held_out", "between"):
+        print(f"{name}: measure, angle, renders, fit reading, degrees read, error "
+              "(mean, p90 of |error|)")
+        for row in result[name]:
+            print("  " + ", ".join(str(v) for v in row.values()))
+    print("knots (kyc.face.landmarks.POSE_KNOTS): " + json.dumps(result["knots"]))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1) + "\n")
+    return 0
 
 
 def cmd_samples(args: argparse.Namespace) -> int:
