@@ -81,8 +81,32 @@ def test_frames_without_a_face_neither_break_nor_make_a_hold():
 
 def test_progress_counts_moves_in_order_and_stops_at_the_first_wrong_one():
     assert progress(["left", "right"], ("left", "right", "left")) == 2
-    assert progress(["right", "left", "left"], ("left", "right", "left")) == 0
-    assert progress(["left", "left", "right"], ("left", "right", "left")) == 1
+    assert progress(["right", "left", "left"], ("left", "right", "left")) == 0  # wrong way
+    assert progress(["left", "right", "right"], ("left", "left", "right")) == 1
+    assert progress(["left", "up", "down", "right"], ("left", "right", "left")) == 1
+
+
+def test_natural_movement_on_the_way_is_forgiven_once_and_anything_after_the_last_move():
+    lrl = ("left", "right", "left")
+    assert progress(["left", "up", "right", "left"], lrl, 1) == 3  # a nod between
+    assert progress(["left", "left", "right", "left"], lrl, 1) == 3  # a move made again
+    assert progress(["left", "right", "left", "up", "right", "down"], lrl) == 3  # a lean after
+    assert progress(["left", "up", "left", "right", "left"], lrl, 1) == 1  # two on the way
+    assert progress(["left", "right", "right", "up", "left"], lrl, 1) == 2
+    assert progress(["left", "up", "left", "right", "left"], lrl, 2) == 3
+    # a glance aside while a tilt is asked
+    assert progress(["left", "right", "up", "right"], ("left", "up", "right"), 1) == 3
+    assert progress(["left", "up"], lrl) == 1  # none forgiven by default
+
+
+@pytest.mark.parametrize("forgiven, passed", [(0, 1), (1, 3), (2, 5)])
+def test_what_a_fixed_recording_passes_grows_with_the_movement_forgiven(forgiven, passed):
+    from kyc_tools.eval.liveness import fixed_recording
+
+    best = fixed_recording(("left", "right", "up", "down"), 3, 2, forgiven)
+    assert best["challenges"] == 30 and best["passed_at_best"] == passed
+    assert sum(progress(best["recording"], c, forgiven) == 3
+               for c in possible_challenges(("left", "right", "up", "down"), 3, 2)) == passed
 
 
 def test_challenges_use_the_configured_moves_and_never_one_move_all_along():

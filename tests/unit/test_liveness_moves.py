@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kyc.face.landmarks import calibrated
 from kyc.liveness import challenge
 from kyc.liveness.challenge import MEASURES, MOVES, PITCH, YAW, Measure, Move, events, reading
 from kyc.liveness.session import Frame, LivenessSettings, Session, judge
@@ -56,7 +57,7 @@ def session_of(frames: list[tuple[float, float]], challenge_moves: tuple[str, ..
     return session, told
 
 
-LEFT_MOUTH_RIGHT = film((0, 0, 3), (25, 0, 3), (0, 0, 3), (0, 5, 1), (0, 20, 3), (0, 0, 3),
+LEFT_MOUTH_RIGHT = film((0, 0, 3), (25, 0, 3), (0, 0, 3), (0, 8, 1), (0, 20, 3), (0, 0, 3),
                         (-25, 0, 3), (0, 0, 3))
 
 
@@ -80,7 +81,7 @@ def test_a_declared_move_made_out_of_order_fails_the_challenge(mouth):
 def test_a_frame_without_a_reading_of_a_declared_measure_is_neither_a_move_nor_the_centre(
         mouth):
     assert reading(Frame(True, 1, (1.0, 2.0, 0.0), readings={"mouth": 3.0})).tolist() == [
-        1.0, 2.0, 3.0]
+        *calibrated(1.0, 2.0), 3.0]
     assert reading(Frame(True, 1, (1.0, 2.0, 0.0))) is None  # no mouth read
     assert reading(Frame(True, 1, None, readings={"mouth": 3.0})) is None  # no pose
     offsets = [np.array([0.0, 0.0, opened]) for opened in (20.0, 20.0, 0.0, 0.0)]

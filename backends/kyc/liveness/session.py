@@ -7,8 +7,9 @@ here logs (embeddings, poses and views belong to a person).
 
 What a session must show to be live (every threshold is a config parameter):
 
-- ``challenge``: the challenge's moves, exactly, in order (see challenge.py: each move
-  a direction on a measure of the frame, the head pose's yaw or pitch today);
+- ``challenge``: the challenge's moves in order, natural movement on the way forgiven
+  as challenge.py says (each move a direction on a measure of the frame, the head
+  pose's yaw or pitch today, in degrees of the head);
 - ``relief``: the head turns show the relief of a solid face (kyc.liveness.relief):
   the median relief ratio of the most turned views against each baseline view, at
   least ``min_relief``. A print, a screen or a warp of one photo shows none,
@@ -130,9 +131,14 @@ class LivenessSettings:
     # predictable challenge lets a replayed clip pass: `kyc repo check` refuses it in
     # a repository, and the model logs a warning when it is set.
     challenge: str = ""
-    amplitude_deg: float = 8.0
-    centre_deg: float = 4.0
+    amplitude_deg: float = 12.0
+    centre_deg: float = 6.0
     min_hold_frames: int = 2
+    # Natural movement on the way (a nod while a turn is asked, a move made again)
+    # forgiven before the last move: kyc.liveness.challenge.progress. More lets more
+    # honest sessions through and more fixed recordings (`kyc eval liveness` says how
+    # many of the challenges the best one passes: 1 of 30 with 0, 3 with 1, 5 with 2).
+    forgiven_moves: int = 1
     baseline_frames: int = 3
     # The relief check (kyc.liveness.relief): the median relief ratio of the kept
     # views at least this (26 of 28 real sessions measured 0.17 and more, flat and
@@ -311,7 +317,7 @@ class Session:
         """Moves done, the next one (told only once the ones before it are done) and
         the words for the person now."""
         found = self.track.found if self.track is not None else []
-        done = progress(found, self.challenge)
+        done = progress(found, self.challenge, settings.forgiven_moves)
         nxt = self.challenge[done] if done < len(self.challenge) else None
         last = self.frames[-1] if self.frames else None
         if last is not None and not last.face_found:
@@ -402,7 +408,7 @@ def judge(session: Session, settings: LivenessSettings, ended: float,
     total = max(len(frames), 1)
     offsets = session.offsets(settings)
     found_events = session.events(settings)
-    done = progress(found_events, session.challenge)
+    done = progress(found_events, session.challenge, settings.forgiven_moves)
     best = best_frame(frames, settings, offsets)
     with_face = [f for f in frames if f.face_found]
     compared = [f for f in with_face if f.embedding is not None]
@@ -416,7 +422,7 @@ def judge(session: Session, settings: LivenessSettings, ended: float,
     sharp = sum(f.face_found and f.faces == 1 and f.sharpness >= settings.min_sharpness
                 for f in frames)
     duration = ended - session.started
-    checks: dict = {"challenge": list(found_events) == list(session.challenge)}
+    checks: dict = {"challenge": done == len(session.challenge)}
     if settings.min_relief > 0:
         ratio = _measured(relief_of, session)
         checks["relief"] = ratio is not None and math.isfinite(ratio) \

@@ -170,13 +170,17 @@ class LivenessStep:
     def close(self) -> None:
         self.metrics.close()
 
-    def moves_seen(self, sid: Any) -> list[str] | None:
-        """The moves a live session showed so far, whatever its challenge; None when no
-        such session. For tooling in this process that labels recordings with the moves
-        they hold (``kyc eval samples``): never told in a reply (a replayed clip could be
-        tuned with it)."""
+    def moves_seen(self, sid: Any, amplitude_deg: float | None = None) -> list[str] | None:
+        """The moves a live session showed so far, whatever its challenge (past
+        ``amplitude_deg``, by default the configured one); None when no such session. For
+        tooling in this process that labels recordings with the moves they hold (``kyc
+        eval samples``): never told in a reply (a replayed clip could be tuned with it)."""
         session = self.store.get(sid)
-        return None if session is None else session.events(self.settings)
+        if session is None:
+            return None
+        settings = self.settings if amplitude_deg is None else dataclasses.replace(
+            self.settings, amplitude_deg=amplitude_deg)
+        return session.events(settings)
 
     # -- execute --------------------------------------------------------------------
     def run(self, requests: Sequence[Request]) -> list[Answer]:
@@ -389,9 +393,11 @@ class LivenessStep:
             "length": len(session.challenge),
             "next": first,
             "instruction": MOVES[first].instruction,
-            "how": ("face the camera, then make each move as it is asked, holding it a "
-                    "moment and coming back to face the camera before the next; the next "
-                    "move is told once the one before it is done; frames as the camera sees "
+            "how": ("face the camera, then make each move as it is asked (a move counts "
+                    f"past {s.amplitude_deg:g} degrees of the head: about 20 is plenty), "
+                    "holding it a moment and coming back to face the camera before the "
+                    "next; the next move is told once the one before it is done; what "
+                    "you do after the last one does not count; frames as the camera sees "
                     "them, not mirrored"),
             "min_duration_s": s.min_duration_s,
             "max_duration_s": s.max_duration_s,

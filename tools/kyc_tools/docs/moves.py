@@ -22,7 +22,10 @@ def moves_page() -> str:
         "its direction for\n`min_hold_frames` frames, and left within `centre_deg`. "
         "`liveness_sequence`'s `moves` parameter\npicks which of them challenges draw "
         "(at least `min_turns` of each challenge on `yaw`: the\nrelief check reads head "
-        "turns). To add a move or a measure: [vocabularies.md](vocabularies.md).\n\n"
+        "turns). The moves asked must be made in that order; up to `forgiven_moves` other\n"
+        "moves on the way (a nod while a turn is asked, a move made again) and anything "
+        "after\nthe last one are forgiven ([liveness.md](liveness.md#what-counts-as-a-move)). "
+        "To add a move or a\nmeasure: [vocabularies.md](vocabularies.md).\n\n"
         "## Measures\n\n"
         + table(("measure", "what it reads"), measures)
         + "\n## Moves\n\n"
