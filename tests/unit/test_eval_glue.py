@@ -156,3 +156,55 @@ def test_the_cli_parses_each_measure():
     assert args.model == "ocr_det" and args.versions is None
     with pytest.raises(SystemExit):
         parser.parse_args(["eval", "faces", "D", "--versions", "one"])
+
+
+def _live_sample(name: str, label: str, person: str = "", kinds=()) -> data.LivenessSample:
+    return data.LivenessSample(name, label, ("left",), 15.0, (Path(f"{name}/0.jpg"),),
+                               person=person, kinds=tuple(kinds))
+
+
+def test_an_earlier_liveness_run_is_recounted_by_person_and_kind_beside_this_one(tmp_path):
+    samples = [_live_sample("a1", "bona_fide", "ann", ["every turn clear"]),
+               _live_sample("a2", "bona_fide", "ann"), _live_sample("b1", "bona_fide", "bob"),
+               _live_sample("p1", "print_turned"), _live_sample("p2", "print_turned")]
+    earlier = tmp_path / "before.json"
+    earlier.write_text(json.dumps({"sequences": 5, "versions": {"1": {
+        "wrong": [{"sequence": "a1"}, {"sequence": "p2"}],
+        "reasons_by_label": {"bona_fide": {"challenge_not_completed": 1}}}}}))
+    figures = liveness.before(earlier, samples)
+    assert figures["bona_fide_rejected"] == 1 and figures["apcer_by_type"]["print_turned"][
+        "accepted"] == 1
+    assert figures["bona_fide_by_person"] == {"ann": {"sessions": 2, "refused": 1},
+                                              "bob": {"sessions": 1, "refused": 0}}
+    assert figures["bona_fide_by_kind"] == {"every turn clear": {"sessions": 1, "refused": 1}}
+    assert figures["reasons_by_label"] == {"bona_fide": {"challenge_not_completed": 1}}
+    earlier.write_text(json.dumps({"sequences": 4, "versions": {"1": {"wrong": []}}}))
+    with pytest.raises(EvalError, match="run on other sequences"):
+        liveness.before(earlier, samples)
+    earlier.write_text(json.dumps({"versions": {"1": {}, "2": {}}}))
+    with pytest.raises(EvalError, match="not the --json of one version"):
+        liveness.before(earlier, samples)
+
+
+class _Moves:
+    """Moves 'read' at each amplitude, as liveness_samples.MoveReader.read gives them."""
+
+    def __init__(self, labelled: list[str], clear: list[str]) -> None:
+        self.labelled, self.clear = labelled, clear
+
+    def read(self, frames, amplitudes):
+        from kyc_tools.eval.liveness_samples import CLEAR_DEG, LABEL_DEG
+
+        assert tuple(amplitudes) == (LABEL_DEG, CLEAR_DEG)
+        return [self.labelled, self.clear]
+
+
+def test_a_window_is_labelled_with_the_turns_it_holds_and_the_other_moves_as_kinds():
+    from kyc_tools.eval.liveness_samples import label_window
+
+    assert label_window(_Moves(["up", "down"], []), []) is None  # no turn: not a session
+    assert label_window(_Moves(["left", "up", "right", "down"], ["left", "right"]), []) == {
+        "challenge": ["left", "right"], "moves_read": ["left", "up", "right", "down"],
+        "kinds": ["movement besides the turns", "movement after the last turn",
+                  "every turn clear"]}
+    assert label_window(_Moves(["right", "left"], ["right"]), [])["kinds"] == []

@@ -31,7 +31,7 @@ in the events in order (:func:`progress`), with room for what people do:
 
 - anything after the last move asked (settling back in the chair, a nod, a glance:
   the moves were shown, and a recording gains nothing from what follows them);
-- before it, ``forgiven`` events (the session's ``forgiven_moves``, 1 by default) that
+- before it, ``forgiven`` events (the session's ``forgiven_moves``, 2 by default) that
   are not the move asked next, when each is a move on the other measure (a nod or a
   lean while a turn is asked, a glance aside while a tilt is asked) or the move just
   made once more (done again, not sure it counted).

@@ -137,8 +137,10 @@ class LivenessSettings:
     # Natural movement on the way (a nod while a turn is asked, a move made again)
     # forgiven before the last move: kyc.liveness.challenge.progress. More lets more
     # honest sessions through and more fixed recordings (`kyc eval liveness` says how
-    # many of the challenges the best one passes: 1 of 30 with 0, 3 with 1, 5 with 2).
-    forgiven_moves: int = 1
+    # many of the challenges the best one passes: 1 of 30 with 0, 3 with 1, 5 with 2;
+    # real sessions refused for the challenge, docs/eval/liveness.md: 4 of 28 with 1,
+    # 2 with 2).
+    forgiven_moves: int = 2
     baseline_frames: int = 3
     # The relief check (kyc.liveness.relief): the median relief ratio of the kept
     # views at least this (26 of 28 real sessions measured 0.17 and more, flat and

