@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -190,6 +191,42 @@ def test_each_failed_check_says_why(change, reason):
     session, ended = session_of(**kwargs)
     verdict = judge(session, SETTINGS, ended, THRESHOLD, SOLID)
     assert not verdict.is_live and reason in verdict.reasons
+
+
+def _posed(poses: list[tuple[float, float]], challenge=("left", "right", "left")):
+    """A session of (yaw, pitch) fit readings, one frame each."""
+    session = Session(tuple(challenge), started=0.0, last_seen=0.0)
+    for k, (yaw, pitch) in enumerate(poses):
+        session.add(Frame(True, 1, (yaw, pitch, 0.0), 500.0, near(unit(1), 100 + k)),
+                    5.0 * k / len(poses))
+    return session
+
+
+def held(*segments: tuple[float, float, int]) -> list[tuple[float, float]]:
+    return [(yaw, pitch) for yaw, pitch, count in segments for _ in range(count)]
+
+
+# left, right, left as a person makes them; then leaning back (read as tilting up)
+TURNS = held((0, 0, 3), (15, 0, 3), (0, 0, 3), (-15, 0, 3), (0, 0, 3), (15, 0, 3), (0, 0, 3))
+LEAN = held((0, 12, 4), (0, 0, 2))
+NOD = held((0, -12, 3), (0, 0, 3))
+
+
+@pytest.mark.parametrize(("poses", "forgiven", "live"), [
+    (TURNS, 0, True),
+    (TURNS + LEAN, 0, True),  # after the last move: anything
+    (TURNS[:9] + NOD + TURNS[9:], 0, False),  # a nod on the way, none forgiven
+    (TURNS[:9] + NOD + TURNS[9:], 2, True),
+    (TURNS[:9] + NOD + NOD + NOD + TURNS[9:], 2, False),  # a third
+])
+def test_a_lean_after_the_moves_or_nods_on_the_way_up_to_forgiven_moves_stay_live(
+        poses, forgiven, live):
+    """Readings of the mesh fit: 15 is past the 12 degrees of the head asked, once
+    calibrated, as 12 is for a tilt (the fit reads about 0.6 of a head's degrees)."""
+    settings = replace(SETTINGS, forgiven_moves=forgiven)
+    verdict = judge(_posed(poses), settings, 5.0, THRESHOLD, SOLID)
+    assert verdict.is_live is live, verdict.reasons
+    assert verdict.figures["moves_done"] == (3 if live else 1)
 
 
 def test_a_relief_that_cannot_be_measured_fails_its_check_and_nothing_else():
