@@ -192,7 +192,8 @@ class CheckFailed:
 
 CHALLENGE_NOT_COMPLETED = CheckFailed(
     "challenge_not_completed", "challenge",
-    "the challenge's moves were not seen exactly, in order", MOVES_NOT_SEEN)
+    "the challenge's moves were not seen in order (a move the wrong way, or more other "
+    "moves on the way than `forgiven_moves`)", MOVES_NOT_SEEN)
 FACE_LOOKS_FLAT = CheckFailed(
     "face_looks_flat", "relief",
     "the head turns did not show the relief of a solid face (median relief ratio below "
