@@ -166,8 +166,7 @@ def _add_network_parser(
     repository as ``--model``, default ``model``), both taking the network's source
     (``add_source``); returns ``publish``'s parser."""
     parser = actions.add_parser(name, help=help, description=description)
-    steps = parser.add_subparsers(dest=f"{name}_action", metavar="{export,publish}")
-    steps.required = True
+    steps = _steps(parser, f"{name}_action", ("export", "publish"))
     export = steps.add_parser("export", help="write model.onnx and print the parity figures")
     add_source(export)
     export.add_argument("--out", type=Path, required=True, metavar="FILE", help="ONNX file")
@@ -188,9 +187,7 @@ def _add_antifraud_parser(actions: argparse._SubParsersAction) -> None:
         "the repository's antifraud/1 unless it is there already; `train` trains on the "
         "generator or on your labelled CSV (the feature columns and label, 1 = fraud).",
     )
-    steps = antifraud.add_subparsers(dest="antifraud_action",
-                                     metavar="{install,train,cases}")
-    steps.required = True
+    steps = _steps(antifraud, "antifraud_action", ("install", "train", "cases"))
     install = steps.add_parser("install", help="the default model into antifraud/1")
     _add_repository_option(install)
     train = steps.add_parser("train", help="train, then write a file or publish a version")
@@ -203,6 +200,14 @@ def _add_antifraud_parser(actions: argparse._SubParsersAction) -> None:
     cases.add_argument("--out", type=Path, metavar="FILE", required=True)
     cases.add_argument("--count", type=int, default=2000)
     cases.add_argument("--seed", type=int, default=antifraud_cases_seed())
+
+
+def _steps(parser: argparse.ArgumentParser, dest: str,
+           names: tuple[str, ...]) -> argparse._SubParsersAction:
+    """The required sub-commands of ``parser``, their name in ``dest``."""
+    steps = parser.add_subparsers(dest=dest, metavar="{" + ",".join(names) + "}")
+    steps.required = True
+    return steps
 
 
 def _add_train_target(train: argparse.ArgumentParser, model: str) -> None:
@@ -225,8 +230,7 @@ def _add_mrz_rec_parser(actions: argparse._SubParsersAction) -> None:
         "with the options), exports to ONNX and checks parity with PyTorch; `check` "
         "compares the shipped file with the manifest's sha256.",
     )
-    steps = mrz.add_subparsers(dest="mrz_rec_action", metavar="{train,check}")
-    steps.required = True
+    steps = _steps(mrz, "mrz_rec_action", ("train", "check"))
     train = steps.add_parser("train", help="train, then write a file or publish a version")
     train.add_argument("--seed", type=int, help="default: the manifest's")
     train.add_argument("--pages", type=int, help="rendered pages (default: the manifest's)")

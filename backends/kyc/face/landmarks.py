@@ -17,7 +17,7 @@ of turn from the five points, and as 4-8 from the 468, against 11 for her real t
    length: a selfie's face is small against its distance) and reads yaw, pitch and
    roll with :func:`kyc.face.quality.head_pose`'s signs: yaw > 0 towards the image's
    right, pitch > 0 up, roll > 0 clockwise;
-4. :func:`calibrated` turns the fit's yaw and pitch into degrees of the head. The
+4. :func:`degrees` turns the fit's yaw and pitch into degrees of the head. The
    landmark model draws a turned face back towards the frontal mean shape it learnt:
    renders of a face turned a known angle read about 0.6 of it (20 degrees read
    12-13), as an independent model, dlib's 68 landmarks, reads 0.72 of it. The knots
@@ -126,16 +126,24 @@ def mesh_pose(points: np.ndarray, width: int, height: int) -> tuple[float, float
     return (yaw, pitch, roll)
 
 
-def _through(knots: tuple[tuple[float, float], ...], value: float) -> float:
+def through(knots: tuple[tuple[float, float], ...], value: float) -> float:
+    """``value`` through piecewise-linear ``knots`` (reading, degrees), in order: between
+    them interpolated, beyond the ends along the end segment's slope."""
     reads, degrees = np.array(knots).T
-    if value < reads[0] or value > reads[-1]:
-        end = (0, 1) if value < reads[0] else (-2, -1)
-        slope = (degrees[end[1]] - degrees[end[0]]) / (reads[end[1]] - reads[end[0]])
-        edge = end[0] if value < reads[0] else end[1]
-        return float(degrees[edge] + slope * (value - reads[edge]))
-    return float(np.interp(value, reads, degrees))
+    if reads[0] <= value <= reads[-1]:
+        return float(np.interp(value, reads, degrees))
+    a, b = (0, 1) if value < reads[0] else (-2, -1)
+    slope = (degrees[b] - degrees[a]) / (reads[b] - reads[a])
+    edge = a if value < reads[0] else b
+    return float(degrees[edge] + slope * (value - reads[edge]))
+
+
+def degrees(measure: str, value: float) -> float:
+    """The head's ``measure`` ("yaw" or "pitch") in degrees from the mesh fit's reading
+    (:data:`POSE_KNOTS`)."""
+    return through(POSE_KNOTS[measure], value)
 
 
 def calibrated(yaw: float, pitch: float) -> tuple[float, float]:
-    """The head's (yaw, pitch) in degrees from the mesh fit's (:data:`POSE_KNOTS`)."""
-    return (_through(POSE_KNOTS["yaw"], yaw), _through(POSE_KNOTS["pitch"], pitch))
+    """The head's (yaw, pitch) in degrees from the mesh fit's (:func:`degrees`)."""
+    return (degrees("yaw", yaw), degrees("pitch", pitch))

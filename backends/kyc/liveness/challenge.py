@@ -10,7 +10,7 @@ its declaration. To add a move: docs/vocabularies.md; docs/liveness-moves.md is
 generated from here (``kyc docs moves``).
 
 Poses come from the head pose of the frame's landmarks, in degrees of the head (the
-mesh fit calibrated on renders of known angles: kyc.face.landmarks.calibrated), in the
+mesh fit calibrated on renders of known angles: kyc.face.landmarks.degrees), in the
 frame as the camera sends it (not mirrored): yaw > 0 when the face turns towards the
 image's right, which is the person's own LEFT; pitch > 0 when it tilts up. A pose no head makes
 (:func:`plausible`: beyond :data:`MAX_YAW_DEG` or :data:`MAX_PITCH_DEG`, or a fit that
@@ -58,7 +58,7 @@ from typing import Any
 
 import numpy as np
 
-from kyc.face.landmarks import calibrated
+from kyc.face.landmarks import degrees
 
 CENTRE = "centre"
 # A head turns about 80 degrees each way at most, and the five landmarks are read
@@ -78,17 +78,18 @@ class Measure:
     read: Callable[[Any], float | None]  # the frame's value; None: the frame has none
 
 
-def _head_pose(k: int) -> Callable[[Any], float | None]:
-    """The head pose's yaw (0) or pitch (1) in degrees of the head: the mesh fit's
-    (``frame.pose``) through its calibration (kyc.face.landmarks.calibrated)."""
+def _head_pose(k: int, name: str) -> Callable[[Any], float | None]:
+    """The head pose's yaw (0) or pitch (1), ``name``, in degrees of the head: the mesh
+    fit's (``frame.pose``) through its calibration (kyc.face.landmarks.degrees)."""
     def read(frame: Any) -> float | None:
-        return None if frame.pose is None else calibrated(*frame.pose[:2])[k]
+        return None if frame.pose is None else degrees(name, frame.pose[k])
     return read
 
 
 YAW = Measure("yaw", "the head turned, degrees of the head: > 0 towards the image's right "
-                     "(the person's left, the frame not mirrored)", _head_pose(0))
-PITCH = Measure("pitch", "the head tilted, degrees of the head: > 0 up", _head_pose(1))
+                     "(the person's left, the frame not mirrored)", _head_pose(0, "yaw"))
+PITCH = Measure("pitch", "the head tilted, degrees of the head: > 0 up",
+                _head_pose(1, "pitch"))
 # Every measure a frame is read on, in the order of a trajectory's offsets.
 MEASURES: dict[str, Measure] = {m.name: m for m in (YAW, PITCH)}
 

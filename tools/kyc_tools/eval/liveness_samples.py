@@ -118,17 +118,23 @@ def jpeg(image: np.ndarray, quality: int = 90) -> bytes:
     return buffer.getvalue()
 
 
+def in_process(repository: Path):
+    """The repository's models run in this process (kyc.pipeline.local), with a token key
+    of their own: no token leaves it."""
+    from kyc.pipeline.local import LocalRepository
+
+    key = base64.b64encode(secrets.token_bytes(32)).decode()
+    return LocalRepository(repository, {"KYC_TOKEN_KEY": key})
+
+
 class MoveReader:
     """The moves the repository's ``liveness_sequence`` reads in a recording, run in this
     process (its own token key: no token leaves it)."""
 
     def __init__(self, repository: Path) -> None:
-        from kyc.pipeline.local import LocalRepository
-
         # the step logs each of its calls (one frame here): not what samples are about
         logging.getLogger("kyc.liveness.step").setLevel(logging.WARNING)
-        key = base64.b64encode(secrets.token_bytes(32)).decode()
-        self.local = LocalRepository(repository, {"KYC_TOKEN_KEY": key})
+        self.local = in_process(repository)
         self.count = 0
 
     def __call__(self, frames: Sequence[bytes]) -> list[str]:

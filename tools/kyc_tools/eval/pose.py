@@ -6,7 +6,7 @@ on the others' (:func:`held_out`).
 Renders of known angles: each source still of ``kyc eval liveness``'s attacks (six
 test photos, four stills of real clips) and its mirror image, laid on the canonical
 face mesh and turned (kyc_tools.synthetic.liveness.HeadModel: the mesh's pixels move
-exactly as the turned mesh projects) by each angle of :data:`ANGLES`, alone on yaw or
+exactly as the turned mesh projects) by each angle of :data:`FIT`, alone on yaw or
 on pitch. Each render is read as the liveness step reads a frame (face_preprocess's
 five landmarks, the region, ``face_landmarks``' 468 points, the mesh fit) relative to
 the same source unturned: a session's moves are offsets from its own baseline.
@@ -19,8 +19,6 @@ landmark models draw a turned face back towards the frontal mean shape they lear
 
 from __future__ import annotations
 
-import base64
-import secrets
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -50,18 +48,16 @@ class PoseReader:
     this process over a repository's ``face_preprocess`` and ``face_landmarks``."""
 
     def __init__(self, repository: Path) -> None:
-        from kyc.pipeline.local import LocalRepository
+        from kyc_tools.eval.liveness_samples import _Faces, in_process
 
-        key = base64.b64encode(secrets.token_bytes(32)).decode()
-        self.local = LocalRepository(repository, {"KYC_TOKEN_KEY": key})
+        self.local = in_process(repository)
+        self.faces = _Faces(self.local)
 
     def landmarks(self, image: np.ndarray) -> np.ndarray | None:
-        from kyc_tools.eval.liveness_samples import jpeg
-
-        found = self.local.infer("face_preprocess",
-                                 {"IMAGE": np.array([[jpeg(image, 95)]], dtype=np.object_)},
-                                 ["FACE_FOUND", "LANDMARKS"])
-        return found["LANDMARKS"][0] if bool(found["FACE_FOUND"][0, 0]) else None
+        try:
+            return self.faces(image)[1]
+        except RuntimeError:  # no face found
+            return None
 
     def __call__(self, image: np.ndarray) -> tuple[float, float] | None:
         from kyc.face.landmarks import mesh_pose, roi
@@ -134,24 +130,20 @@ def person(reading: Reading) -> str:
 
 def held_out(readings: Sequence[Reading]) -> list[tuple[Reading, float]]:
     """Each reading in degrees through knots fitted on every other person's."""
+    from kyc.face.landmarks import through
+
     out = []
     for who in sorted({person(r) for r in readings}):
         knots = fit(r for r in readings if person(r) != who)
-        out += [(r, _through(knots[r.measure], r.fit)) for r in readings if person(r) == who]
+        out += [(r, through(knots[r.measure], r.fit)) for r in readings if person(r) == who]
     return out
 
 
 def shipped(readings: Sequence[Reading]) -> list[tuple[Reading, float]]:
     """Each reading in degrees through the shipped knots (kyc.face.landmarks)."""
-    from kyc.face.landmarks import POSE_KNOTS
+    from kyc.face.landmarks import degrees
 
-    return [(r, _through(POSE_KNOTS[r.measure], r.fit)) for r in readings]
-
-
-def _through(knots: Sequence[tuple[float, float]], value: float) -> float:
-    from kyc.face import landmarks
-
-    return landmarks._through(tuple(knots), value)
+    return [(r, degrees(r.measure, r.fit)) for r in readings]
 
 
 def table(read: Sequence[tuple[Reading, float]]) -> list[dict]:
