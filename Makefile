@@ -62,7 +62,7 @@ $(VENV)/.installed-arcface: $(VENV)/.installed
 # (same cv2 module, already installed); locks/peers.lock lists its other requirements.
 $(VENV)/.installed-peers: $(VENV)/.installed locks/peers.lock
 	$(PIP) --no-deps --require-hashes -r locks/peers.lock
-	$(BIN)/python -c 'import rapidocr_onnxruntime'
+	$(BIN)/python -c 'import rapidocr_onnxruntime, dlib'
 	touch $@
 
 ## bench-tools: the instruments of `kyc bench`: perf_analyzer and the OCR peer (RapidOCR)

@@ -16,7 +16,8 @@
 #   locks/build.lock          setuptools and wheel, the project's build backend: installed with
 #                             hashes first, so the project builds without build isolation
 #   locks/peers.lock          the OCR peer of `kyc bench` (`make test`), with --no-deps: it
-#                             requires opencv-python, which clashes with the headless build
+#                             requires opencv-python, which clashes with the headless build;
+#                             and dlib, the reference of the dlib ResNet's export (its tests)
 # Not locked: torch (`make test` only), a CPU build that pip takes from the
 # machine's local wheels, pinned exactly in the `arcface` extra of pyproject.toml.
 set -euo pipefail
@@ -54,7 +55,7 @@ no_deps() {  # lock FILE PACKAGE...: exact pins without their dependencies
   printf '%s\n' "$@" | { header; "${uv[@]}" --python-version 3.10 -c "$constraints" --no-deps -; } > "$out"
 }
 no_deps locks/triton.lock nvidia-pytriton
-no_deps locks/peers.lock rapidocr-onnxruntime shapely PyYAML six tqdm
+no_deps locks/peers.lock rapidocr-onnxruntime shapely PyYAML six tqdm dlib-bin
 no_deps locks/kserve.lock kserve
 # Not under constraints.txt: the project's own tritonclient is newer; this one is a tool.
 printf '%s\n' tritonclient==2.51.0 'nvidia-cuda-runtime-cu12<13' \

@@ -47,7 +47,7 @@ def add_models_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     models.set_defaults(func=handle_models)
     actions = models.add_subparsers(
         dest="models_action",
-        metavar="{fetch,list,arcface,antispoof,antifraud,mrz-rec,face-depth}")
+        metavar="{fetch,list,arcface,antispoof,antifraud,mrz-rec,face-depth,face-candidates}")
     actions.required = True
 
     fetch = actions.add_parser(
@@ -93,6 +93,12 @@ def add_models_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
                        help="where to write it (default: the package's face_depth.npy)")
     depth.add_argument("--check", action="store_true",
                        help="only check that the file is what the mesh gives")
+    candidates = actions.add_parser(
+        "face-candidates", help="export the face matchers measured against face_embedding "
+        "(dlib's ResNet, each mirror-averaged) as ONNX files for kyc eval faces --candidate")
+    candidates.add_argument("--out", type=Path, metavar="DIR", required=True,
+                            help="the folder to write them in")
+    _add_repository_option(candidates)
     return models
 
 
@@ -288,10 +294,20 @@ def handle_models(args: argparse.Namespace) -> int:
             return _mrz_rec(args)
         if args.models_action == "face-depth":
             return _face_depth(args)
+        if args.models_action == "face-candidates":
+            return _face_candidates(args)
         return _list()
     except (KycExportError, AssetError, ConfigEditError, OSError) as exc:
         print(f"kyc models {args.models_action}: error: {exc}", file=sys.stderr)
         return 1
+
+
+def _face_candidates(args: argparse.Namespace) -> int:
+    from .candidates import write_candidates
+
+    for name, path in write_candidates(args.out, args.repository).items():
+        _progress(f"{name}: {path}")
+    return 0
 
 
 def _face_depth(args: argparse.Namespace) -> int:

@@ -233,9 +233,9 @@ def _lower_opset(model: onnx.ModelProto, target: int) -> onnx.ModelProto:
 
 
 def l2_normalize_nodes(
-    source: str, target: str, opset: int
+    source: str, target: str, opset: int, prefix: str = "kyc_post"
 ) -> tuple[list[onnx.NodeProto], list[TensorProto]]:
-    p = "kyc_post"
+    p = prefix
     norm, inits = axes_node("ReduceL2", source, f"{p}/norm", [1], opset, f"{p}/l2", keepdims=1)
     inits.append(const(f"{p}/eps", L2_EPSILON, np.float32))
     nodes = [
