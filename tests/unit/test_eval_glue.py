@@ -12,7 +12,7 @@ import pytest
 
 from kyc.decision.features import FEATURES
 from kyc_tools.cli import build_parser
-from kyc_tools.eval import antifraud, data, documents, faces, liveness, report
+from kyc_tools.eval import antifraud, data, documents, faces, liveness, metrics, report
 from kyc_tools.eval.server import EvalError, pick_versions, served_closure
 
 REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
@@ -92,21 +92,49 @@ def test_antifraud_cases_need_every_feature_and_a_0_1_label(tmp_path):
         data.read_cases(path, FEATURES)
 
 
-def face_version(fnmr_target: float, impostors: int = 13) -> dict:
-    return {"target_fmr": 1e-3, "fnmr_at_target_fmr": fnmr_target, "eer": fnmr_target / 2,
-            "threshold_at_target_fmr": 0.41, "threshold": 0.363, "impostor_pairs": impostors,
-            "genuine_pairs": 2, "fmr_resolution": 1 / impostors}
+def face_version(genuine_mean: float, impostors: int, seed: int = 0) -> dict:
+    """The figures of a version whose genuine scores centre on ``genuine_mean``."""
+    rng = np.random.default_rng(seed)
+    genuine = rng.normal(genuine_mean, 0.1, 1000)
+    impostor = rng.normal(0.05, 0.1, impostors)
+    return metrics.face_figures(genuine, impostor, 0.363, 1e-4, 0.363)
 
 
 def test_faces_recommend_the_lower_fnmr_and_a_threshold_only_with_enough_pairs():
-    result = {"versions": {"1": face_version(0.012), "2": face_version(0.008)},
+    result = {"versions": {"1": face_version(0.5, 13), "2": face_version(0.8, 13)},
               "threshold_parameter": "face_embedding/config.pbtxt: match_threshold"}
     line = faces.recommend(result)
-    assert line.startswith("version 2: FNMR 0.8% at FMR 0.001 (version 1: 1.2%)")
-    assert "keep the threshold (0.363)" in line and "at least 3000" in line
-    result["versions"]["2"] = face_version(0.008, impostors=5000)
-    assert "threshold to set: 0.410 (face_embedding/config.pbtxt: match_threshold, now " \
-           "0.363)" in faces.recommend(result)
+    assert line.startswith("version 2: FNMR ") and "at FMR 0.0001 (version 1: " in line
+    assert "keep the threshold (0.363)" in line and "at least 30000" in line
+    result["versions"] = {"1": face_version(0.5, 40000), "2": face_version(0.8, 40000)}
+    v2 = result["versions"]["2"]
+    line = faces.recommend(result)
+    # 40,000 pairs show 1e-4 at 95% only with no impostor accepted: just above the highest
+    assert v2["threshold_at_fmr_bound"] > v2["impostor_score_max"]
+    assert v2["fmr_at_fmr_bound"] == 0.0
+    assert (f"threshold to set: {v2['threshold_at_fmr_bound']:.3f}, where these pairs show "
+            "FMR <= 0.0001 at 95% confidence") in line
+    assert f"review_threshold {v2['threshold_at_review_fmr']:.3f}, where 0.01 of" in line
+
+
+def test_face_figures_of_a_review_band_count_the_pairs_between_its_edges():
+    genuine, impostor = np.array([0.2, 0.35, 0.45, 0.6]), np.array([0.1, 0.3, 0.4, 0.5])
+    band = metrics.face_figures(genuine, impostor, 0.47, 1e-4, 0.34)
+    assert (band["genuine_in_band"], band["impostor_in_band"]) == (0.5, 0.25)
+    assert band["fnmr_below_review"] == 0.25 and band["fnmr"] == 0.75
+
+
+@pytest.mark.parametrize(("pairs", "target", "accepted"), [
+    (29000, 1e-4, None), (31000, 1e-4, 0), (60000, 1e-4, 1), (100000, 1e-4, 4),
+    (1000, 1e-2, 4)])
+def test_the_threshold_the_data_shows_accepts_as_many_as_the_exact_bound_allows(pairs, target,
+                                                                               accepted):
+    impostor = np.random.default_rng(1).normal(size=pairs)
+    shown = metrics.threshold_for_fmr_bound(impostor, target)
+    if accepted is None:
+        assert shown is None
+    else:
+        assert int(np.sum(impostor >= shown)) == accepted
 
 
 def test_documents_liveness_antifraud_recommend_by_their_field_measure():

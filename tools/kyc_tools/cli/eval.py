@@ -48,10 +48,11 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--versions", type=_versions, default=None,
                        help=f"versions of {model} to compare, as 1,2 (default: every one "
                             "on disk)")
-        p.add_argument("--candidate", type=Path, default=None, metavar="PATH",
+        p.add_argument("--candidate", type=Path, action="append", default=[], metavar="PATH",
                        help=f"a version of {model} not yet in the repository (its folder, "
                             "or its model file), measured as the next version beside those "
-                            "on disk; the repository is not changed")
+                            "on disk; again for more, in order; the repository is not "
+                            "changed")
         p.add_argument("--json", type=Path, default=None, help="write the figures as JSON")
         p.add_argument("--report", type=Path, default=None,
                        help="write a Markdown report, its PNG plots beside it")
@@ -59,8 +60,8 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> None:
 
     faces = kinds.add_parser("faces", help="face match: FNMR, FMR, EER, DET")
     faces.add_argument("data", type=Path, help="DIR/<person>/<image>")
-    faces.add_argument("--fmr", type=float, default=1e-3,
-                       help="the target false match rate for the threshold (default 1e-3)")
+    faces.add_argument("--fmr", type=float, default=1e-4,
+                       help="the target false match rate for the threshold (default 1e-4)")
     common(faces, MEASURED["faces"])
 
     documents = kinds.add_parser("documents", help="document reading: MRZ and fields")
@@ -104,13 +105,14 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_eval(args: argparse.Namespace) -> int:
     from kyc_tools.eval import antifraud, documents, faces, liveness
     from kyc_tools.eval.report import public, write_json, write_report
-    from kyc_tools.eval.server import EvalError, with_candidate
+    from kyc_tools.eval.server import EvalError, versions_on_disk, with_candidate
 
     model = args.model if args.eval_kind == "documents" else MEASURED[args.eval_kind]
     try:
         with with_candidate(args.repository, model, args.candidate) as repository:
             if args.eval_kind == "faces":
-                result = faces.run(args.data, repository, args.versions, args.fmr)
+                served = max(versions_on_disk(args.repository, model), default=None)
+                result = faces.run(args.data, repository, args.versions, args.fmr, served)
             elif args.eval_kind == "documents":
                 result = documents.run(args.data, repository, args.model, args.versions,
                                        args.peer)
@@ -119,8 +121,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
             else:
                 result = antifraud.run(args.data, repository, args.versions)
         result["repository"] = str(args.repository)
-        if args.candidate is not None:
-            result["candidate"] = str(args.candidate)
+        if args.candidate:
+            first = max(versions_on_disk(args.repository, model), default=0) + 1
+            result["candidates"] = {str(first + k): str(c) for k, c in enumerate(args.candidate)}
     except EvalError as exc:
         print(f"kyc eval {args.eval_kind}: {exc}", file=sys.stderr)
         return 1
@@ -137,7 +140,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 SUMMARY = {
     "faces": ("genuine_pairs", "impostor_pairs", "threshold", "fnmr", "fmr",
-              "threshold_at_target_fmr", "fnmr_at_target_fmr", "eer"),
+              "threshold_at_target_fmr", "fnmr_at_target_fmr", "threshold_at_fmr_bound",
+              "fnmr_at_fmr_bound", "review_threshold", "genuine_in_band",
+              "impostor_in_band", "eer"),
     "documents": ("documents", "mrz_read_rate", "mrz_exact_rate", "field_accuracy",
                   "documents_with_check_failures", "seconds_per_document_p50"),
     "liveness": ("bona_fide", "bpcer", "attacks", "apcer_max"),

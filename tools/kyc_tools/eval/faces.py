@@ -78,9 +78,10 @@ def failing_pairs(pairs: metrics.Pairs, images: Sequence[FaceImage],
 
 
 def run(root: Path, repository: Path, versions: Sequence[int] | None = None,
-        target_fmr: float = 1e-3) -> dict[str, Any]:
+        target_fmr: float = 1e-4, served: int | None = None) -> dict[str, Any]:
     """Every figure of ``kyc eval faces`` (see :func:`kyc_tools.eval.metrics.face_figures`) per
-    version, the faces not found, and the failing pairs."""
+    version, the faces not found, and the failing pairs; ``served``: the version the
+    others must beat by more than chance to be recommended (:func:`recommend`)."""
     images = read_faces(root)
     versions = pick_versions(repository, EMBEDDING, versions)
     people = [i.person for i in images]
@@ -96,7 +97,10 @@ def run(root: Path, repository: Path, versions: Sequence[int] | None = None,
                 started = time.perf_counter()
                 found = detect(server, images)
                 result["detect_s"] = round(time.perf_counter() - started, 3)
-                result["threshold"] = float(server.parameters(EMBEDDING)["match_threshold"])
+                parameters = server.parameters(EMBEDDING)
+                result["threshold"] = float(parameters["match_threshold"])
+                result["review_threshold"] = float(parameters.get("review_threshold")
+                                                   or result["threshold"])
             usable = [not isinstance(f, str) for f in found]
             faces = [f for f in found if not isinstance(f, str)]
             batch = int(server.config(EMBEDDING).get("max_batch_size", 1)) or 1
@@ -108,7 +112,8 @@ def run(root: Path, repository: Path, versions: Sequence[int] | None = None,
         kept = [k for k, ok in enumerate(usable) if ok]
         scores[np.ix_(kept, kept)] = metrics.cosine_matrix(embeddings)
         pairs = metrics.pair_scores(scores, people, usable)
-        figures = metrics.face_figures(pairs.genuine, pairs.impostor, threshold, target_fmr)
+        figures = metrics.face_figures(pairs.genuine, pairs.impostor, threshold, target_fmr,
+                                       result["review_threshold"])
         result["versions"][str(version)] = {
             **figures, "embedding_dims": int(embeddings.shape[1]),
             "embed_s": round(embed_s, 3),
@@ -121,7 +126,7 @@ def run(root: Path, repository: Path, versions: Sequence[int] | None = None,
     result["faces_found"] = sum(1 for f in found if not isinstance(f, str))
     result["not_found"] = [{"image": i.name, "why": f} for i, f in zip(images, found, strict=True)
                            if isinstance(f, str)]
-    result["recommendation"] = recommend(result)
+    result["recommendation"] = recommend(result, served)
     return result
 
 
@@ -131,35 +136,73 @@ def impostor_pairs_needed(target_fmr: float) -> int:
     return int(np.ceil(3.0 / target_fmr))
 
 
-def recommend(result: dict[str, Any]) -> str:
-    """One line: which version to serve at the target FMR, and the threshold to set."""
+def recommend(result: dict[str, Any], served: int | None = None) -> str:
+    """One line: which version to serve at the target FMR, and the threshold to set. A
+    version beats ``served`` only when it refuses fewer genuine pairs by more than chance
+    (:func:`kyc_tools.eval.metrics.mcnemar_p` on the same pairs, p < 0.05)."""
     versions = result["versions"]
     if not versions:
         return "nothing measured"
     target = next(iter(versions.values()))["target_fmr"]
 
+    def fnmr(v: dict) -> float | None:  # at the threshold the data shows, else the estimate
+        return v["fnmr_at_fmr_bound"] if v["threshold_at_fmr_bound"] is not None \
+            else v["fnmr_at_target_fmr"]
+
     def key(item: tuple[str, dict]) -> tuple[float, float, int]:
         v = item[1]
-        return (v["fnmr_at_target_fmr"] if v["fnmr_at_target_fmr"] is not None else 1.0,
+        return (fnmr(v) if fnmr(v) is not None else 1.0,
                 v["eer"] if v["eer"] is not None else 1.0, -int(item[0]))
 
     ranked = sorted(versions.items(), key=key)
     best, figures = ranked[0]
-    at = figures["threshold_at_target_fmr"]
+    kept = _within_chance(versions, best, served)
+    if kept:
+        best, figures = str(served), versions[str(served)]
+        ranked = [(best, figures), *[r for r in ranked if r[0] != best]]
     line = f"version {best}"
     if len(ranked) > 1:
-        others = ", ".join(f"version {v}: {metrics.percent(f['fnmr_at_target_fmr'])}"
-                           for v, f in ranked[1:])
-        line += (f": FNMR {metrics.percent(figures['fnmr_at_target_fmr'])} at FMR "
-                 f"{target:g} ({others})")
+        others = ", ".join(f"version {v}: {metrics.percent(fnmr(f))}" for v, f in ranked[1:])
+        line += f": FNMR {metrics.percent(fnmr(figures))} at FMR {target:g} ({others})"
     else:
-        line += f": FNMR {metrics.percent(figures['fnmr_at_target_fmr'])} at FMR {target:g}"
-    needed = impostor_pairs_needed(target)
-    if at is not None and figures["impostor_pairs"] >= needed:
-        line += f"; threshold to set: {at:.3f} ({result['threshold_parameter']}"
-        line += f", now {figures['threshold']:g})"
-    elif at is not None:
-        line += (f"; keep the threshold ({figures['threshold']:g}): {figures['impostor_pairs']} "
-                 f"impostor pairs cannot set one for FMR {target:g}, which takes at least "
-                 f"{needed} (the rule of three; here no impostor is accepted from {at:.3f} up)")
-    return line
+        line += f": FNMR {metrics.percent(fnmr(figures))} at FMR {target:g}"
+    line += kept
+    return line + _threshold_advice(result, figures, target)
+
+
+def _within_chance(versions: dict[str, dict], best: str, served: int | None) -> str:
+    """Why ``served`` stays although ``best`` refused fewer genuine pairs, or "" when
+    ``best`` is ``served`` or beats it by more than chance."""
+    if served is None or str(served) not in versions or best == str(served):
+        return ""
+    old, new = versions[str(served)], versions[best]
+    if old.get("threshold_at_fmr_bound") is None or new.get("threshold_at_fmr_bound") is None:
+        return ""
+    old_refused = old["_genuine"] < old["threshold_at_fmr_bound"]
+    new_refused = new["_genuine"] < new["threshold_at_fmr_bound"]
+    p = metrics.mcnemar_p(int(np.sum(old_refused & ~new_refused)),
+                          int(np.sum(new_refused & ~old_refused)))
+    if p < 0.05:
+        return ""
+    return (f"; version {served}, served, stays: version {best} refuses "
+            f"{int(new_refused.sum())} of {len(new_refused)} genuine pairs against "
+            f"{int(old_refused.sum())}, within chance (McNemar p = {p:.2f})")
+
+
+def _threshold_advice(result: dict[str, Any], figures: dict, target: float) -> str:
+    shown, at = figures["threshold_at_fmr_bound"], figures["threshold_at_target_fmr"]
+    if shown is not None:
+        line = (f"; threshold to set: {shown:.3f}, where these pairs show FMR <= {target:g} "
+                f"at 95% confidence (FNMR {metrics.percent(figures['fnmr_at_fmr_bound'])}; "
+                f"{result['threshold_parameter']}, now {figures['threshold']:g})")
+        review = figures["threshold_at_review_fmr"]
+        if review is not None and review < shown:
+            line += (f"; review_threshold {review:.3f}, where {figures['review_fmr']:g} of "
+                     "impostors reach")
+        return line
+    if at is not None:
+        return (f"; keep the threshold ({figures['threshold']:g}): {figures['impostor_pairs']} "
+                f"impostor pairs cannot show FMR {target:g}, which takes at least "
+                f"{impostor_pairs_needed(target)} (the rule of three; here no impostor is "
+                f"accepted from {at:.3f} up)")
+    return ""

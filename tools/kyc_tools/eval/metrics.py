@@ -119,13 +119,77 @@ def equal_error_rate(genuine: np.ndarray, impostor: np.ndarray) -> tuple[float |
     return float((fmr[k] + fnmr[k]) / 2), float(thresholds[k])
 
 
+def binomial_cdf(k: int, n: int, p: float) -> float:
+    """P(at most ``k`` of ``n`` trials happen) when each happens with probability ``p``."""
+    if k < 0:
+        return 0.0
+    log_p, log_q = math.log(p), math.log1p(-p)
+    return min(1.0, sum(math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
+                                 + i * log_p + (n - i) * log_q) for i in range(k + 1)))
+
+
+def mcnemar_p(only_first: int, only_second: int) -> float:
+    """McNemar's exact two-sided p: how likely a split as uneven as ``only_first`` to
+    ``only_second`` (the pairs only one of two matchers got wrong) is by chance alone."""
+    n = only_first + only_second
+    if n == 0:
+        return 1.0
+    return min(1.0, 2.0 * binomial_cdf(min(only_first, only_second), n, 0.5))
+
+
+def threshold_for_fmr_bound(impostor: np.ndarray, target: float,
+                            confidence: float = 0.95) -> float | None:
+    """The smallest threshold at which the data shows FMR <= ``target`` with ``confidence``
+    (one-sided, exact binomial: the Clopper-Pearson bound), or None when there are too few
+    impostor pairs to show it even with none accepted (fewer than about 3 / ``target``).
+
+    It accepts the k highest impostor pairs for the largest k whose bound is still within
+    ``target``: with 43,500 pairs and 1e-4, k = 0 (just above the highest impostor score).
+    Pairs share photographs, so they are not independent: the bound is optimistic."""
+    n = len(impostor)
+    k = -1
+    while k + 1 < n and binomial_cdf(k + 1, n, target) <= 1.0 - confidence:
+        k += 1
+    if k < 0:
+        return None
+    ranked = np.sort(impostor)[::-1]
+    return float(np.nextafter(ranked[k], np.inf))
+
+
+def band_figures(genuine: np.ndarray, impostor: np.ndarray, low: float, high: float) -> dict:
+    """What a review band ``[low, high)`` below the match threshold ``high`` does: the
+    genuine pairs it saves from a reject and the impostor pairs it sends to a person."""
+    return {"review_threshold": low,
+            "fnmr_below_review": fnmr_at(genuine, low),
+            "genuine_in_band": float(np.mean((genuine >= low) & (genuine < high)))
+            if len(genuine) else None,
+            "impostor_in_band": float(np.mean((impostor >= low) & (impostor < high)))
+            if len(impostor) else None}
+
+
+# The review band's lower edge the evaluation proposes: the score one impostor in a hundred
+# reaches. Below it a pair is surely not one person (reject); from it up to the match
+# threshold a person looks (review).
+REVIEW_FMR = 1e-2
+
+
 def face_figures(genuine: np.ndarray, impostor: np.ndarray, threshold: float,
-                 target_fmr: float) -> dict:
+                 target_fmr: float, review_threshold: float | None = None) -> dict:
     """Every figure of one version: counts, FNMR/FMR at ``threshold``, the threshold for
-    ``target_fmr`` and FNMR there, EER."""
+    ``target_fmr`` (the point estimate) and the one the data shows within it at 95%
+    confidence (:func:`threshold_for_fmr_bound`), FNMR at each, what the review band
+    does, EER."""
     at_target = threshold_for_fmr(impostor, target_fmr)
     eer, eer_threshold = equal_error_rate(genuine, impostor)
+    shown = threshold_for_fmr_bound(impostor, target_fmr)
+    review = threshold if review_threshold is None else review_threshold
     return {
+        **band_figures(genuine, impostor, review, threshold),
+        "threshold_at_fmr_bound": shown,
+        "fnmr_at_fmr_bound": None if shown is None else fnmr_at(genuine, shown),
+        "fmr_at_fmr_bound": None if shown is None else fmr_at(impostor, shown),
+        "review_fmr": REVIEW_FMR,
+        "threshold_at_review_fmr": threshold_for_fmr(impostor, REVIEW_FMR),
         "genuine_pairs": len(genuine),
         "impostor_pairs": len(impostor),
         "threshold": threshold,

@@ -229,7 +229,7 @@ def _faces_lines(result: Mapping[str, Any], versions: dict, names: list[str]) ->
     out = [f"{result['images']} images of {result['people']} people, faces found in "
            f"{result['faces_found']}; {first['genuine_pairs']} genuine and "
            f"{first['impostor_pairs']} impostor pairs (FMR measurable down to "
-           f"{_num(first['fmr_resolution'], 4)}).", ""]
+           f"{first['fmr_resolution']:.1e}).", ""]
     rows = [
         ["embedding dims"] + [v["embedding_dims"] for v in versions.values()],
         [f"FNMR at the configured threshold {first['threshold']:g}"]
@@ -238,6 +238,17 @@ def _faces_lines(result: Mapping[str, Any], versions: dict, names: list[str]) ->
         [f"threshold for FMR <= {first['target_fmr']:g}"]
         + [_num(v["threshold_at_target_fmr"]) for v in versions.values()],
         ["FNMR there"] + [percent(v["fnmr_at_target_fmr"]) for v in versions.values()],
+        [f"threshold the data shows FMR <= {first['target_fmr']:g} at (95% confidence)"]
+        + [_num(v["threshold_at_fmr_bound"]) for v in versions.values()],
+        ["FNMR there"] + [percent(v["fnmr_at_fmr_bound"]) for v in versions.values()],
+        [f"review band from {first['review_threshold']:g}: genuine pairs it saves from a "
+         "reject"] + [percent(v["genuine_in_band"]) for v in versions.values()],
+        ["impostor pairs it sends to a person"]
+        + [percent(v["impostor_in_band"]) for v in versions.values()],
+        ["FNMR below the band (rejected)"]
+        + [percent(v["fnmr_below_review"]) for v in versions.values()],
+        [f"threshold for FMR <= {first['review_fmr']:g} (the band's edge to propose)"]
+        + [_num(v["threshold_at_review_fmr"]) for v in versions.values()],
         ["EER (threshold)"] + [f"{percent(v['eer'])} ({_num(v['eer_threshold'])})"
                                for v in versions.values()],
         ["lowest genuine / highest impostor score"]
@@ -360,6 +371,9 @@ def markdown(result: Mapping[str, Any], plots: list[Path], where: Path) -> str:
     out = [f"# kyc eval {kind}", "",
            f"Data: `{result['data']}`. Repository: `{result['repository']}`. "
            f"Model compared: `{result['model']}`, versions {', '.join(versions)}.", ""]
+    out += [f"Version {v} is a candidate, not in the repository: `{Path(path).name}`."
+            for v, path in result.get("candidates", {}).items()] + (
+        [""] if result.get("candidates") else [])
     if kind in _SECTIONS:
         out += _SECTIONS[kind](result, versions, [v if v == "before" else f"version {v}"
                                                   for v in versions])

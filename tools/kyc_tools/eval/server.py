@@ -64,17 +64,20 @@ def versions_on_disk(repository: Path, model: str) -> list[int]:
 
 
 @contextlib.contextmanager
-def with_candidate(repository: Path, model: str, candidate: Path | None) -> Iterator[Path]:
-    """``repository``; or, with a ``candidate`` (a version folder, or its one model file),
-    a temporary view of it where the candidate is ``model``'s next version, beside the
-    versions on disk: measured before it is dropped into a repository a server may be
-    serving (where ``version_policy`` "latest" would serve it at once). Nothing in the
-    repository changes."""
-    if candidate is None:
+def with_candidate(repository: Path, model: str, candidates: Sequence[Path] | Path | None
+                   ) -> Iterator[Path]:
+    """``repository``; or, with ``candidates`` (each a version folder, or its one model
+    file), a temporary view of it where they are ``model``'s next versions in order,
+    beside the versions on disk: measured before one is dropped into a repository a
+    server may be serving (where ``version_policy`` "latest" would serve it at once).
+    Nothing in the repository changes."""
+    candidates = [candidates] if isinstance(candidates, Path) else list(candidates or ())
+    if not candidates:
         yield repository
         return
-    if not candidate.exists():
-        raise EvalError(f"{candidate} does not exist")
+    for candidate in candidates:
+        if not candidate.exists():
+            raise EvalError(f"{candidate} does not exist")
     if not (repository / model / "config.pbtxt").is_file():
         raise EvalError(f"{repository} has no model {model}")
     with tempfile.TemporaryDirectory(prefix="kyc-candidate-") as tmp:
@@ -84,14 +87,15 @@ def with_candidate(repository: Path, model: str, candidate: Path | None) -> Iter
         for entry in sorted((repository / model).resolve().iterdir()):
             if not entry.name.startswith("."):
                 (view / model / entry.name).symlink_to(entry)
-        target = view / model / str(max(versions_on_disk(repository, model), default=0) + 1)
-        if candidate.is_dir():
-            target.symlink_to(candidate.resolve(), target_is_directory=True)
-        else:
-            name = load_config(repository / model / "config.pbtxt").default_model_filename
-            target.mkdir()
-            (target / (name or "model.onnx")).symlink_to(candidate.resolve())
-        log.info("%s: %s measured as version %s", model, candidate, target.name)
+        name = load_config(repository / model / "config.pbtxt").default_model_filename
+        for candidate in candidates:
+            target = view / model / str(max(versions_on_disk(view, model), default=0) + 1)
+            if candidate.is_dir():
+                target.symlink_to(candidate.resolve(), target_is_directory=True)
+            else:
+                target.mkdir()
+                (target / (name or "model.onnx")).symlink_to(candidate.resolve())
+            log.info("%s: %s measured as version %s", model, candidate, target.name)
         yield view
 
 
