@@ -10,6 +10,7 @@ from datetime import date
 import numpy as np
 
 from kyc.document.step import DOCUMENT_ATTESTED, DOCUMENT_KIND
+from kyc.face.match import FaceThresholds
 from kyc.face.step import ATTESTATION_KIND, ATTESTED
 from kyc.pipeline.seal import Sealer
 from kyc.pipeline.step import Request
@@ -110,7 +111,8 @@ def decision_step(key: bytes, settings=None, *, ledger_began: float = NOW - 60,
     from kyc.decision.step import DecisionStep
     from kyc.liveness.token import TokenSealer
 
-    return DecisionStep(settings or DecisionSettings(), 0.363, TokenSealer(key),
+    return DecisionStep(settings or DecisionSettings(), FaceThresholds(0.363, 0.363),
+                        TokenSealer(key),
                         score or (lambda f: np.zeros((len(f), 1), np.float32)),
                         embedder or embed, CUSTODY,
                         today=lambda: TODAY, clock=lambda: clock,

@@ -93,7 +93,8 @@ class Reason:
 FACE_MISMATCH = Reason(
     "face_mismatch", Outcome.REJECT,
     "both faces were found and their cosine similarity is below `face_embedding`'s "
-    "`match_threshold`", FACE_NOT_MATCHED)
+    "`review_threshold`: surely two people (no band configured: below `match_threshold`)",
+    FACE_NOT_MATCHED)
 LIVENESS_FAILED = Reason(
     "liveness_failed", Outcome.REJECT,
     "a genuine liveness token that says the session was not live (its STATUS `reasons` "
@@ -163,6 +164,11 @@ VISUAL_ZONE_UNREADABLE = Reason(
     "visual_zone_unreadable", Outcome.REVIEW,
     "no text was read outside the MRZ, so nothing printed on the page confirms it: a page "
     "with an MRZ alone is not approved (`check_visual_zone`)", DOCUMENT_UNREADABLE)
+FACE_MATCH_UNCERTAIN = Reason(
+    "face_match_uncertain", Outcome.REVIEW,
+    "both faces were found and their cosine similarity is in the review band: at least "
+    "`face_embedding`'s `review_threshold` and below its `match_threshold`, where the "
+    "evaluation cannot say one person or two (docs/models.md)", PERSON_REVIEWS)
 ELEVATED_FRAUD_SCORE = Reason(
     "elevated_fraud_score", Outcome.REVIEW,
     "the `antifraud` score is at least `fraud_review_threshold` (and below "
@@ -171,7 +177,8 @@ ELEVATED_FRAUD_SCORE = Reason(
 DECISION_REASONS: tuple[Reason, ...] = (
     FACE_MISMATCH, LIVENESS_FAILED, LIVENESS_TOKEN_INVALID, LIVENESS_TOKEN_REUSED,
     SELFIE_NOT_LIVE_PERSON, MRZ_CHECK_FAILED, DOCUMENT_EXPIRED, UNDERAGE, HIGH_FRAUD_SCORE,
-    NO_FACE_IN_DOCUMENT, NO_FACE_IN_SELFIE, MULTIPLE_FACES_IN_SELFIE, LIVENESS_MISSING,
+    NO_FACE_IN_DOCUMENT, NO_FACE_IN_SELFIE, MULTIPLE_FACES_IN_SELFIE, FACE_MATCH_UNCERTAIN,
+    LIVENESS_MISSING,
     LIVENESS_TOKEN_EXPIRED, LIVENESS_WITHOUT_PASSIVE_PAD, MRZ_NOT_FOUND, MRZ_MISREAD,
     VISUAL_ZONE_MISMATCH, VISUAL_ZONE_UNREADABLE, ELEVATED_FRAUD_SCORE,
 )

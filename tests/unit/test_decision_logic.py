@@ -25,13 +25,15 @@ from decision_cases import (
 from kyc.decision.features import FEATURES
 from kyc.decision.policy import DecisionSettings
 from kyc.decision.step import DecisionStep
+from kyc.face.match import FaceThresholds
 from kyc.liveness.token import KEY_BYTES, TokenSealer
 from kyc.pipeline.seal import Sealer
 from kyc.pipeline.step import Request, RequestError
 
 
 def step(score) -> DecisionStep:
-    return DecisionStep(DecisionSettings(), 0.363, TokenSealer(secrets.token_bytes(KEY_BYTES)),
+    return DecisionStep(DecisionSettings(), FaceThresholds(0.363, 0.363),
+                        TokenSealer(secrets.token_bytes(KEY_BYTES)),
                         score, embed, CUSTODY, today=lambda: TODAY, clock=lambda: NOW + 1)
 
 

@@ -19,9 +19,11 @@ from kyc.decision.policy import (
     decide,
     visual_zone_consistent,
 )
+from kyc.face.match import FaceThresholds
 
 TODAY = date(2026, 11, 22)
 THRESHOLD = 0.363
+FACES = FaceThresholds(THRESHOLD, THRESHOLD)  # no review band: see test_review_band_*
 DOCUMENT = {
     "mrz": {"format": "TD3", "lines": ["L1", "L2"], "valid": True,
             "checks": {"document_number": True, "birth_date": True, "expiry_date": True,
@@ -39,7 +41,7 @@ GOOD = Findings(face_match_score=0.7, document_face_found=True, selfie_face_foun
 
 def run(**changes):
     findings = dataclasses.replace(GOOD, **changes)
-    return decide(findings, DecisionSettings(), THRESHOLD, TODAY)
+    return decide(findings, DecisionSettings(), FACES, TODAY)
 
 
 def not_valid(failing=(), problems=None, misread=()) -> dict:
@@ -65,14 +67,14 @@ def test_everything_in_order_is_approved():
 
 def test_a_live_session_without_passive_pad_goes_to_review_unless_the_operator_accepts_it():
     active_only = dataclasses.replace(GOOD, liveness=dataclasses.replace(LIVE, passive_pad=False))
-    assert decide(active_only, DecisionSettings(), THRESHOLD, TODAY)[:2] == (
+    assert decide(active_only, DecisionSettings(), FACES, TODAY)[:2] == (
         "review", ["liveness_without_passive_pad"])
     accepting = DecisionSettings(approve_without_passive_pad=True)
-    assert decide(active_only, accepting, THRESHOLD, TODAY)[:2] == ("approve", [])
+    assert decide(active_only, accepting, FACES, TODAY)[:2] == ("approve", [])
     # a failed session is rejected whatever passive PAD did
     failed = dataclasses.replace(GOOD, liveness=dataclasses.replace(LIVE, live=False,
                                                                     passive_pad=False))
-    assert decide(failed, DecisionSettings(), THRESHOLD, TODAY)[1] == ["liveness_failed"]
+    assert decide(failed, DecisionSettings(), FACES, TODAY)[1] == ["liveness_failed"]
 
 
 @pytest.mark.parametrize(("changes", "decision", "reason"), [
@@ -147,7 +149,7 @@ def test_without_an_mrz_or_with_the_check_off_the_visual_zone_gives_no_reason():
     assert reasons == ["mrz_not_found"] and figures["visual_zone"] == "no_mrz"
     off = dataclasses.replace(GOOD, visual_lines=[])
     decision, reasons, figures = decide(off, DecisionSettings(check_visual_zone=False),
-                                        THRESHOLD, TODAY)
+                                        FACES, TODAY)
     assert (decision, reasons, figures["visual_zone"]) == ("approve", [], "not_checked")
 
 
@@ -254,3 +256,40 @@ def test_the_manifest_pins_the_same_features():
     from kyc_tools.assets.manifest import load_manifest
 
     assert tuple(load_manifest().trained["antifraud"]["features"]) == FEATURES
+
+
+BAND = FaceThresholds(match=0.47, review=0.34)
+
+
+@pytest.mark.parametrize(("score", "decision", "reasons"), [
+    (0.47, "approve", []),
+    (float(np.nextafter(0.47, 0)), "review", ["face_match_uncertain"]),
+    (0.34, "review", ["face_match_uncertain"]),
+    (float(np.nextafter(0.34, 0)), "reject", ["face_mismatch"]),
+], ids=["at-match", "below-match", "at-review", "below-review"])
+def test_review_band_sends_a_score_between_the_thresholds_to_a_person(score, decision,
+                                                                       reasons):
+    findings = dataclasses.replace(GOOD, face_match_score=score)
+    assert decide(findings, DecisionSettings(), BAND, TODAY)[:2] == (decision, reasons)
+
+
+def test_review_band_leaves_the_selfie_against_the_live_face_at_the_match_threshold():
+    # the selfie and the session's face are seconds apart: no band for them
+    live = dataclasses.replace(LIVE, selfie_similarity=0.40)
+    findings = dataclasses.replace(GOOD, liveness=live)
+    assert decide(findings, DecisionSettings(), BAND, TODAY)[:2] == (
+        "reject", ["selfie_not_live_person"])
+
+
+@pytest.mark.parametrize(("parameters", "expected"), [
+    ({"match_threshold": "0.47", "review_threshold": "0.34"}, FaceThresholds(0.47, 0.34)),
+    ({"match_threshold": "0.47"}, FaceThresholds(0.47, 0.47)),
+    ({"match_threshold": "0.47", "review_threshold": ""}, FaceThresholds(0.47, 0.47)),
+])
+def test_face_thresholds_read_from_the_models_parameters(parameters, expected):
+    assert FaceThresholds.from_parameters(parameters) == expected
+
+
+def test_face_thresholds_refuse_a_review_threshold_above_the_match_threshold():
+    with pytest.raises(ValueError, match=r"review_threshold 0\.5 is above match_threshold"):
+        FaceThresholds.from_parameters({"match_threshold": "0.47", "review_threshold": "0.5"})

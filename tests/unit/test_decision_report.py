@@ -81,7 +81,8 @@ def test_the_report_carries_the_fields_clients_read_its_figures_to_four_places()
     assert set(report) == {"decision", "reasons", "face", "liveness", "document",
                            "fraud_score", "fraud_features", "policy", "application",
                            "issued_at", "images", "liveness_token", "models"}
-    assert set(report["face"]) == {"match_score", "match_threshold", "document_face_found",
+    assert set(report["face"]) == {"match_score", "match_threshold", "review_threshold",
+                                   "document_face_found",
                                    "selfie_face_found", "selfie_faces", "quality"}
     assert report["face"]["quality"] == {"selfie": {}, "document_face": {}}
     assert {"age", "visual_zone", "visual_zone_consistent"} <= set(report["document"])
@@ -177,7 +178,9 @@ def test_kyc_decision_built_as_its_stub_builds_it_reads_its_config_and_the_token
     fake_triton.install(monkeypatch)
     step = fake_triton.served(SHIPPED_REPOSITORY, "kyc_decision").step
     threshold = SHIPPED_REPOSITORY / "face_embedding" / "config.pbtxt"
-    assert str(step.match_threshold) in threshold.read_text()
+    text = threshold.read_text()
+    assert f'"match_threshold" value: {{ string_value: "{step.faces.match}"' in text
+    assert f'"review_threshold" value: {{ string_value: "{step.faces.review}"' in text
     assert step.settings.antifraud_model == "antifraud" and step.is_ready is is_ready
     assert step.signer.key_id == VerdictSigner(KEY).key_id
     assert isinstance(step.ledger, FolderLedger) and step.ledger.folder.parent == tmp_path

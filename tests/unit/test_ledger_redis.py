@@ -22,6 +22,7 @@ from kyc.decision.ledger import (
 )
 from kyc.decision.policy import DecisionSettings
 from kyc.decision.step import DecisionStep
+from kyc.face.match import FaceThresholds
 from kyc.liveness.token import KEY_BYTES, LivenessClaims, TokenSealer
 from kyc.pipeline.step import UnavailableError
 from kyc_testing import free_port
@@ -99,7 +100,7 @@ def test_kyc_decision_answers_unavailable_for_a_token_it_cannot_check_and_serves
     sealer = TokenSealer(secrets.token_bytes(KEY_BYTES))
     token = sealer.seal(LivenessClaims("s1", True, 0.9, NOW - 10, NOW + 110, ("left",), None,
                                        {}, None, token_id()))
-    step = DecisionStep(DecisionSettings(), 0.363, sealer,
+    step = DecisionStep(DecisionSettings(), FaceThresholds(0.363, 0.363), sealer,
                         lambda f: np.zeros((len(f), 1), np.float32), embed, CUSTODY,
                         today=lambda: TODAY, clock=lambda: NOW + 1,
                         ledger=RedisLedger(f"redis://127.0.0.1:{free_port()}/0"))

@@ -11,6 +11,7 @@ import pytest
 
 from kyc.decision.policy import DecisionSettings, Findings, LivenessEvidence, decide
 from kyc.document.mrz import compose_mrz, parse_mrz
+from kyc.face.match import FaceThresholds
 from kyc_tools.web import words
 
 TODAY = date(2026, 11, 27)
@@ -53,7 +54,7 @@ def decided(mrz: dict) -> tuple[str, list[str]]:
     live = LivenessEvidence(provided=True, valid=True, live=True, passive_pad=True,
                             score=0.97, selfie_similarity=0.8)
     findings = Findings(0.7, True, True, 1, live, document, ["GARCIA", "C25437501"], 0.1)
-    return decide(findings, DecisionSettings(), 0.363, TODAY)[:2]
+    return decide(findings, DecisionSettings(), FaceThresholds(0.363, 0.363), TODAY)[:2]
 
 
 def test_a_clean_page_reports_no_misread_and_stays_valid():

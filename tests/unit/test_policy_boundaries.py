@@ -8,8 +8,10 @@ import dataclasses
 from decision_cases import DOCUMENT, TODAY
 from kyc.decision.policy import DecisionSettings, Findings, LivenessEvidence, decide
 from kyc.document.visual import VisualZone, compare, squash, wanted_values
+from kyc.face.match import FaceThresholds
 
 THRESHOLD = 0.363
+FACES = FaceThresholds(THRESHOLD, THRESHOLD)  # no review band: see test_review_band_*
 GOOD = Findings(face_match_score=0.7, document_face_found=True, selfie_face_found=True,
                 selfie_faces=1,
                 liveness=LivenessEvidence(provided=True, valid=True, live=True, passive_pad=True,
@@ -20,16 +22,17 @@ GOOD = Findings(face_match_score=0.7, document_face_found=True, selfie_face_foun
 def test_a_selfie_without_a_face_is_reviewed_for_that_reason_alone():
     no_face = dataclasses.replace(GOOD, selfie_face_found=False, selfie_faces=0,
                                   face_match_score=-1.0)
-    assert decide(no_face, DecisionSettings(), THRESHOLD, TODAY)[:2] == (
+    assert decide(no_face, DecisionSettings(), FACES, TODAY)[:2] == (
         "review", ["no_face_in_selfie"])
 
 
 def test_the_figures_of_a_decision_name_every_threshold_it_applied():
     settings = DecisionSettings(min_age=21, fraud_review_threshold=0.6,
                                 fraud_reject_threshold=0.9)
-    assert decide(GOOD, settings, THRESHOLD, TODAY)[2] == {
+    assert decide(GOOD, settings, FACES, TODAY)[2] == {
         "age": 36, "visual_zone": "agrees", "visual_zone_consistent": True,
-        "match_threshold": THRESHOLD, "min_age": 21, "fraud_review_threshold": 0.6,
+        "match_threshold": THRESHOLD, "review_threshold": THRESHOLD, "min_age": 21,
+        "fraud_review_threshold": 0.6,
         "fraud_reject_threshold": 0.9}
 
 

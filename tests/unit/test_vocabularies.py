@@ -31,9 +31,9 @@ DECISION_CODES_ON_THE_WIRE = (
     "face_mismatch", "liveness_failed", "liveness_token_invalid", "liveness_token_reused",
     "selfie_not_live_person", "mrz_check_failed", "document_expired", "underage",
     "high_fraud_score", "no_face_in_document", "no_face_in_selfie", "multiple_faces_in_selfie",
-    "liveness_missing", "liveness_token_expired", "liveness_without_passive_pad",
-    "mrz_not_found", "mrz_misread", "visual_zone_mismatch", "visual_zone_unreadable",
-    "elevated_fraud_score")
+    "face_match_uncertain", "liveness_missing", "liveness_token_expired",
+    "liveness_without_passive_pad", "mrz_not_found", "mrz_misread", "visual_zone_mismatch",
+    "visual_zone_unreadable", "elevated_fraud_score")
 LIVENESS_CODES_ON_THE_WIRE = {
     "challenge": "challenge_not_completed", "relief": "face_looks_flat",
     "same_person": "face_changed", "single_face": "multiple_or_no_faces",

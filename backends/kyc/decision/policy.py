@@ -1,10 +1,12 @@
 """The KYC policy: what the models found -> approve / review / reject, with reasons.
 
 Pure code. Every threshold is a ``kyc_decision`` config parameter
-(:class:`DecisionSettings`); the face-match threshold is ``face_embedding``'s own
-``match_threshold`` (it belongs to the weights). The reason codes, each a ``reject`` or
-a ``review`` reason, with what each means, are declared once in :mod:`kyc.reasons`
-(docs/reason-codes.md is generated from it); :func:`decide` refers to them there.
+(:class:`DecisionSettings`); the face-match thresholds are ``face_embedding``'s own
+(:mod:`kyc.face.match`: they belong to the weights): at or above ``match_threshold`` the
+faces match, below ``review_threshold`` they do not, between a person looks. The reason
+codes, each a ``reject`` or a ``review`` reason, with what each means, are declared once
+in :mod:`kyc.reasons` (docs/reason-codes.md is generated from it); :func:`decide` refers
+to them there.
 
 Lower assurance without passive PAD (``approve_without_passive_pad``, false by
 default): the active challenge and the relief check stop a photo however it is
@@ -29,11 +31,13 @@ from typing import Any
 from kyc.decision.features import age_years
 from kyc.document.mrz_sure import only_misread
 from kyc.document.visual import VisualZone, compare
+from kyc.face.match import FaceThresholds
 from kyc.pipeline.seal import SEAL_MAX_AGE_S
 from kyc.reasons import (
     DECISION_REASONS,
     DOCUMENT_EXPIRED,
     ELEVATED_FRAUD_SCORE,
+    FACE_MATCH_UNCERTAIN,
     FACE_MISMATCH,
     HIGH_FRAUD_SCORE,
     LIVENESS_FAILED,
@@ -66,7 +70,7 @@ REASONS = REJECT + REVIEW
 class DecisionSettings:
     """``kyc_decision`` parameters (config ``parameters``; defaults here only)."""
 
-    embedding_model: str = "face_embedding"  # its match_threshold is the face threshold
+    embedding_model: str = "face_embedding"  # its thresholds are the face thresholds
     antifraud_model: str = "antifraud"
     min_age: int = 18
     fraud_review_threshold: float = 0.7
@@ -122,9 +126,10 @@ VISUAL_REASON = {VisualZone.DIFFERS: VISUAL_ZONE_MISMATCH,
                  VisualZone.UNREAD: VISUAL_ZONE_UNREADABLE}
 
 
-def decide(findings: Findings, settings: DecisionSettings, match_threshold: float,
+def decide(findings: Findings, settings: DecisionSettings, faces: FaceThresholds,
            today: date) -> tuple[str, list[str], dict[str, Any]]:
-    """(decision, reasons in REASONS order, figures behind them)."""
+    """(decision, reasons in REASONS order, figures behind them); ``faces``: the embedding
+    model's thresholds."""
     held: set[Reason] = set()
     f = findings
     if not f.document_face_found:
@@ -133,8 +138,8 @@ def decide(findings: Findings, settings: DecisionSettings, match_threshold: floa
         held.add(NO_FACE_IN_SELFIE)
     if f.selfie_faces > 1:
         held.add(MULTIPLE_FACES_IN_SELFIE)
-    if f.document_face_found and f.selfie_face_found and f.face_match_score < match_threshold:
-        held.add(FACE_MISMATCH)
+    if f.document_face_found and f.selfie_face_found and f.face_match_score < faces.match:
+        held.add(FACE_MISMATCH if f.face_match_score < faces.review else FACE_MATCH_UNCERTAIN)
     live = f.liveness
     if not live.provided:
         held.add(LIVENESS_MISSING)
@@ -150,7 +155,7 @@ def decide(findings: Findings, settings: DecisionSettings, match_threshold: floa
         elif not live.passive_pad and not settings.approve_without_passive_pad:
             held.add(LIVENESS_WITHOUT_PASSIVE_PAD)
         if f.selfie_face_found and (live.selfie_similarity is None
-                                    or live.selfie_similarity < match_threshold):
+                                    or live.selfie_similarity < faces.match):
             held.add(SELFIE_NOT_LIVE_PERSON)
     mrz = f.document.get("mrz")
     fields = f.document.get("fields") or {}
@@ -180,7 +185,8 @@ def decide(findings: Findings, settings: DecisionSettings, match_threshold: floa
         decision = Outcome.APPROVE
     figures = {"age": age, "visual_zone": zone.value if zone else "not_checked",
                "visual_zone_consistent": CONSISTENT[zone] if zone else None,
-               "match_threshold": match_threshold, "min_age": settings.min_age,
+               "match_threshold": faces.match, "review_threshold": faces.review,
+               "min_age": settings.min_age,
                "fraud_review_threshold": settings.fraud_review_threshold,
                "fraud_reject_threshold": settings.fraud_reject_threshold}
     return decision.value, [r.code for r in ordered], figures

@@ -37,6 +37,7 @@ from kyc.decision.ledger import (
     ledger_from_environ,
 )
 from kyc.decision.policy import DecisionSettings, Findings, LivenessEvidence, decide
+from kyc.face.match import FaceThresholds
 from kyc.intake.admission import TICKET_TENSOR, TicketReturns
 from kyc.liveness.token import TokenError, TokenExpiredError, TokenSealer, load_key
 from kyc.pipeline.contract import BLS, Contract, Use
@@ -142,10 +143,10 @@ class DecisionStep:
         settings=DecisionSettings, budget="antifraud", inputs=(*INPUTS, *CUSTODY_INPUTS),
         outputs=("DECISION", "FACE_MATCH_SCORE", "LIVENESS_SCORE", "FRAUD_SCORE", "REPORT"),
         # the attested faces are embedded here: face matching's work, and its budget's;
-        # the embedding model's match_threshold is also read
+        # the embedding model's thresholds are also read
         uses={"antifraud_model": Use(BLS), "embedding_model": Use(BLS, budget="face_match")})
 
-    def __init__(self, settings: DecisionSettings, match_threshold: float,
+    def __init__(self, settings: DecisionSettings, faces: FaceThresholds,
                  sealer: TokenSealer, score: FraudScorer, embed: Embedder,
                  custody: Sealer, today: Callable[[], date] = date.today,
                  admission: TicketReturns | None = None,
@@ -153,7 +154,7 @@ class DecisionStep:
                  signer: VerdictSigner | None = None,
                  repository: Repository | None = None, is_ready: IsReady | None = None) -> None:
         self.settings = settings
-        self.match_threshold = match_threshold
+        self.faces = faces
         self.sealer = sealer
         self.score = score
         self.embed = embed
@@ -172,13 +173,13 @@ class DecisionStep:
         """kyc_decision's ``parameters``, the face threshold of its embedding model, a
         check of the antifraud model's features, and the token key (:func:`load_key`)."""
         settings = context.settings(DecisionSettings)
-        match_threshold = float(
-            context.repository.parameters(settings.embedding_model)["match_threshold"])
+        faces = FaceThresholds.from_parameters(
+            context.repository.parameters(settings.embedding_model))
         check_antifraud_features(context.repository, settings.antifraud_model)
         antifraud = context.callee(settings.antifraud_model, ["FRAUD_SCORE"])
         embedder = context.callee(settings.embedding_model, ["EMBEDDING"])
         key = load_key(context.environ)  # tokens, the pipeline's seal, the verdict's signature
-        return cls(settings, match_threshold, TokenSealer(key),
+        return cls(settings, faces, TokenSealer(key),
                    lambda features: antifraud({"FEATURES": features})["FRAUD_SCORE"],
                    lambda faces: embedder({"FACE": faces})["EMBEDDING"],
                    Sealer(derive_key(key, SEAL_LABEL)),
@@ -345,7 +346,7 @@ class DecisionStep:
         obs, liveness = item.observation, item.liveness
         findings = Findings(obs.face_match_score, obs.document_face_found, obs.selfie_face_found,
                             obs.selfie_faces, liveness, obs.document, item.visual, fraud)
-        decision, reasons, figures = decide(findings, self.settings, self.match_threshold, today)
+        decision, reasons, figures = decide(findings, self.settings, self.faces, today)
         report = self._report(item, fraud, decision, reasons, figures)
         return {
             "DECISION": np.array([[decision.encode()]], dtype=np.object_),
@@ -364,7 +365,8 @@ class DecisionStep:
             "decision": decision,
             "reasons": reasons,
             "face": {"match_score": round(obs.face_match_score, 4),
-                     "match_threshold": self.match_threshold,
+                     "match_threshold": self.faces.match,
+                     "review_threshold": self.faces.review,
                      "document_face_found": obs.document_face_found,
                      "selfie_face_found": obs.selfie_face_found,
                      "selfie_faces": obs.selfie_faces, "quality": item.quality},

@@ -22,7 +22,7 @@ What a session must show to be live (every threshold is a config parameter):
 - ``same_person``: the frames compared (below) against the best frame (the sharpest
   facing the camera, whose embedding the token carries); at most
   ``max_other_person_fraction`` of them below ``face_embedding``'s
-  ``match_threshold``;
+  ``review_threshold`` (surely another person: kyc.face.match);
 - ``single_face``: one face in at least ``min_single_face_fraction`` of the frames;
 - ``sharp_frames``: at least ``min_sharp_frames`` frames with a face at least
   ``min_sharpness`` sharp;
@@ -403,8 +403,8 @@ def best_frame(frames: list[Frame], settings: LivenessSettings, offsets: list) -
 def judge(session: Session, settings: LivenessSettings, ended: float,
           match_threshold: float,
           relief_of: Callable[[Session], float | None] = Session.relief_score) -> Verdict:
-    """The verdict of a finished session; ``match_threshold``: the cosine above which
-    two faces are the same person (``face_embedding``'s own parameter); ``relief_of``:
+    """The verdict of a finished session; ``match_threshold``: the cosine below which
+    two faces are surely two people (``face_embedding``'s review threshold); ``relief_of``:
     the session's relief ratio (tests of the other checks give one)."""
     frames = session.frames
     total = max(len(frames), 1)

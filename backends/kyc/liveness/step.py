@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from kyc.face.landmarks import Roi, mesh_pose, roi
+from kyc.face.match import FaceThresholds
 from kyc.face.preprocess import FaceSettings
 from kyc.face.step import FacePreprocessStep, face_preprocessor
 from kyc.image import ImageError
@@ -105,7 +106,7 @@ class LivenessStep:
         # face_model: face_preprocess's settings, and the face path run on them here
         uses={"face_model": Use(SETTINGS, acts_as=f"{FacePreprocessStep.__module__}:"
                                                    f"{FacePreprocessStep.__name__}"),
-              "embedding_model": Use(BLS),  # and its match_threshold
+              "embedding_model": Use(BLS),  # and its thresholds
               "landmark_model": Use(BLS),
               "antispoof_model": Use(BLS)})  # empty: passive PAD not configured
 
@@ -127,8 +128,8 @@ class LivenessStep:
         self.mesh = context.callee(self.settings.landmark_model, ["MESH", "PRESENCE"])
         self.antispoof = (context.callee(self.settings.antispoof_model, ["REAL"])
                           if self.settings.antispoof_model else None)
-        self.match_threshold = float(
-            context.repository.parameters(self.settings.embedding_model)["match_threshold"])
+        self.faces = FaceThresholds.from_parameters(
+            context.repository.parameters(self.settings.embedding_model))
         self.sealer = TokenSealer(load_key(context.environ))
         self.store = SessionStore(self.settings.max_sessions, self.settings.idle_ttl_s)
         # Each instance holds its own counts, and a client's STARTs may land on any
@@ -371,7 +372,8 @@ class LivenessStep:
             return self._outputs(status, False, -1.0, b"")
         self.store.end(item.sid)
         status["sessions"] = self._sessions()
-        verdict = judge(session, self.settings, now, self.match_threshold)
+        # a frame counts as another person when surely so: below the review threshold
+        verdict = judge(session, self.settings, now, self.faces.review)
         self.metrics.ended(verdict.is_live)
         status.update({"state": "done", "is_live": verdict.is_live, "score": verdict.score,
                        "reasons": verdict.reasons, "checks": verdict.checks,
