@@ -117,7 +117,12 @@ def run(root: Path, repository: Path, versions: Sequence[int] | None = None,
         result["versions"][str(version)] = {
             **figures, "embedding_dims": int(embeddings.shape[1]),
             "embed_s": round(embed_s, 3),
-            "failing_pairs": failing_pairs(pairs, images, threshold),
+            # the configured threshold belongs to the served weights; another version's
+            # pairs are listed at the threshold its own pairs show
+            "failing_at": (listed := threshold if version == served or served is None
+                           else figures["threshold_at_fmr_bound"]
+                           or figures["threshold_at_target_fmr"] or threshold),
+            "failing_pairs": failing_pairs(pairs, images, listed),
             "_genuine": pairs.genuine, "_impostor": pairs.impostor,
         }
         log.info("faces: version %d: %d genuine, %d impostor pairs, FNMR %s FMR %s at %.3f",
@@ -149,10 +154,11 @@ def recommend(result: dict[str, Any], served: int | None = None) -> str:
         return v["fnmr_at_fmr_bound"] if v["threshold_at_fmr_bound"] is not None \
             else v["fnmr_at_target_fmr"]
 
-    def key(item: tuple[str, dict]) -> tuple[float, float, int]:
-        v = item[1]
+    def key(item: tuple[str, dict]) -> tuple[float, float, bool, int]:
+        v = item[1]  # on a tie, the served version, else the newest
         return (fnmr(v) if fnmr(v) is not None else 1.0,
-                v["eer"] if v["eer"] is not None else 1.0, -int(item[0]))
+                v["eer"] if v["eer"] is not None else 1.0, item[0] != str(served),
+                -int(item[0]))
 
     ranked = sorted(versions.items(), key=key)
     best, figures = ranked[0]

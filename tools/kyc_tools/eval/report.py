@@ -265,7 +265,7 @@ def _faces_lines(result: Mapping[str, Any], versions: dict, names: list[str]) ->
         for what, label in (("genuine_rejected", "genuine pairs rejected"),
                             ("impostor_accepted", "impostor pairs accepted")):
             if bad[what]:
-                out.append(f"- version {version}, {label} at the configured threshold: "
+                out.append(f"- version {version}, {label} at {v['failing_at']:.3f}: "
                            + ", ".join(f"`{p['a']}` ~ `{p['b']}` {p['score']:.3f}"
                                        for p in bad[what]))
     return [*out, ""]
