@@ -26,6 +26,8 @@ import torch.nn.functional as F  # noqa: N812 - the usual torch alias
 from onnx import TensorProto
 from torch import nn
 
+from kyc.face.match import MATCH_KEY
+from kyc.face.match import REVIEW_KEY as REVIEW_KEY_OF_BAND
 from kyc_tools.assets.fetch import sha256_file
 from kyc_tools.assets.files import replace_file
 from kyc_tools.repo.check import CONFIG, check_model, check_version, served_versions, version_dirs
@@ -63,7 +65,7 @@ logger = logging.getLogger(__name__)
 MODEL_NAME = "face_embedding"
 INPUT_NAME = "FACE"
 OUTPUT_NAME = "EMBEDDING"
-THRESHOLD_KEY = "match_threshold"
+THRESHOLD_KEY, REVIEW_KEY = MATCH_KEY, REVIEW_KEY_OF_BAND  # kyc.face.match
 # Same opset as the shipped face_embedding: every onnxruntime and TensorRT parser that
 # Triton 2.51 ships accepts it (IR version 8).
 OPSET = SFACE_TARGET_OPSET
@@ -350,6 +352,7 @@ def publish_arcface(
     *,
     model_name: str = MODEL_NAME,
     match_threshold: float | None = None,
+    review_threshold: float | None = None,
 ) -> ArcFacePublished:
     """Publish ``model`` as the next version of ``model_name`` and fit its config to it.
 
@@ -380,7 +383,7 @@ def publish_arcface(
     model_dir = config_path.parent
     old_text = config_path.read_text("utf-8")
     dims = output_dims(model)
-    new_text, notes = _new_config_text(old_text, dims, match_threshold)
+    new_text, notes = _new_config_text(old_text, dims, match_threshold, review_threshold)
     previous = _config_dims(old_text)
     with tempfile.TemporaryDirectory(prefix="kyc-arcface-") as tmp:
         # A scratch copy of the model folder holding the new config and the new version.
@@ -412,14 +415,27 @@ def _config_dims(text: str, output: str = OUTPUT_NAME) -> list[int]:
     raise ConfigEditError(f"config.pbtxt: no output named {output!r}")
 
 
-def _new_config_text(text: str, dims: list[int], threshold: float | None) -> tuple[str, list[str]]:
+def _new_config_text(text: str, dims: list[int], threshold: float | None,
+                     review: float | None = None) -> tuple[str, list[str]]:
+    """The config for the new model; a new match threshold comes with a review threshold
+    (``review``, else the same value: no review band, said in a note)."""
     notes = []
     previous = _config_dims(text)
     new = text if previous == dims else set_output_dims(text, OUTPUT_NAME, dims)
+    if review is not None and threshold is None:
+        raise ConfigEditError("a review threshold needs its match threshold (--match-threshold)")
     if threshold is not None:
         if not -1.0 <= threshold <= 1.0:
             raise ConfigEditError(f"match threshold {threshold} is not a cosine in [-1, 1]")
+        if review is not None and not -1.0 <= review <= threshold:
+            raise ConfigEditError(f"review threshold {review} is not a cosine at most the match "
+                                  f"threshold {threshold}")
         new = set_string_parameter(new, THRESHOLD_KEY, repr(float(threshold)))
+        new = set_string_parameter(new, REVIEW_KEY, repr(float(threshold if review is None
+                                                              else review)))
+        if review is None:
+            notes.append(f"{REVIEW_KEY} set to the match threshold: no review band; choose one "
+                         "on your own pairs and pass --review-threshold")
     elif previous != dims:
         config = parse_config(text)
         current = (

@@ -135,6 +135,13 @@ def _add_arcface_parser(actions: argparse._SubParsersAction) -> None:
         help="cosine similarity threshold for a face match, written as the config parameter "
         "match_threshold; choose it for the new model on your own pairs",
     )
+    publish.add_argument(
+        "--review-threshold",
+        type=float,
+        metavar="X",
+        help="below it two faces are surely two people; between it and --match-threshold a "
+        "person looks (review_threshold; default: the match threshold, no review band)",
+    )
 
 
 def _add_antispoof_parser(actions: argparse._SubParsersAction) -> None:
@@ -402,7 +409,8 @@ def _arcface_export(args: argparse.Namespace, arcface: ModuleType) -> int:
         return 0
     _progress(summary)
     result = arcface.publish_arcface(
-        args.repository, exported.model, model_name=args.model, match_threshold=args.match_threshold
+        args.repository, exported.model, model_name=args.model,
+        match_threshold=args.match_threshold, review_threshold=args.review_threshold,
     )
     for note in result.warnings:
         print(f"warning: {note}", file=sys.stderr)

@@ -92,6 +92,26 @@ def test_faces_compares_sface_with_a_published_random_arcface_and_prefers_sface(
     assert (tmp_path / "faces-det.png").stat().st_size > 10_000
 
 
+def test_the_shipped_face_thresholds_are_those_the_orl_faces_show(samples, tmp_path, capsys):
+    """match_threshold is where ORL's 43,500 impostor pairs show FMR <= 1e-4 at 95%
+    (plus the BF16 margin), review_threshold where 1 in 100 reaches; the 10 held-out
+    people's genuine pairs below it all land in the review band, none rejected."""
+    result, _ = run_eval(capsys, "faces", str(samples / "faces-orl"), "--json",
+                         str(tmp_path / "orl.json"))
+    one = result["versions"]["1"]
+    assert (result["people"], one["genuine_pairs"], one["impostor_pairs"]) == (30, 1350, 43500)
+    assert one["fmr"] == 0.0 and one["fnmr"] <= 0.01
+    assert one["threshold_at_fmr_bound"] <= one["threshold"] <= one["threshold_at_fmr_bound"] + 0.01
+    assert abs(one["review_threshold"] - one["threshold_at_review_fmr"]) < 0.001
+    assert "version 1: FNMR" in result["recommendation"]
+
+    held, _ = run_eval(capsys, "faces", str(samples / "faces-orl-heldout"), "--json",
+                       str(tmp_path / "held.json"))
+    one = held["versions"]["1"]
+    assert (held["people"], one["genuine_pairs"], one["impostor_pairs"]) == (10, 450, 4500)
+    assert one["fmr"] == 0.0 and one["fnmr"] <= 0.03 and one["fnmr_below_review"] == 0.0
+
+
 def test_documents_reads_the_rendered_pages_the_same_with_a_copied_version(
         samples, tmp_path, capsys):
     repo = repository(tmp_path)

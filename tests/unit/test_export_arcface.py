@@ -429,12 +429,33 @@ def test_publish_of_new_dims_warns_that_the_old_threshold_was_chosen_for_the_old
     assert config.parameters["match_threshold"].string_value == "0.363"
 
 
-def test_publish_with_a_match_threshold_sets_it_and_does_not_warn(face_repository, small_512):
-    result = arcface.publish_arcface(face_repository, small_512, match_threshold=0.28)
+def test_publish_with_both_thresholds_sets_them_and_does_not_warn(face_repository, small_512):
+    result = arcface.publish_arcface(face_repository, small_512, match_threshold=0.28,
+                                     review_threshold=0.2)
 
     assert result.warnings == []
     config = load_config(face_repository / "face_embedding" / "config.pbtxt")
     assert config.parameters["match_threshold"].string_value == "0.28"
+    assert config.parameters["review_threshold"].string_value == "0.2"
+
+
+def test_publish_with_a_match_threshold_alone_leaves_no_review_band_and_says_so(
+        face_repository, small_512):
+    result = arcface.publish_arcface(face_repository, small_512, match_threshold=0.28)
+
+    assert result.warnings == ["review_threshold set to the match threshold: no review band; "
+                               "choose one on your own pairs and pass --review-threshold"]
+    config = load_config(face_repository / "face_embedding" / "config.pbtxt")
+    assert config.parameters["review_threshold"].string_value == "0.28"
+
+
+@pytest.mark.parametrize(("match", "review", "error"), [
+    (None, 0.2, "needs its match threshold"), (0.28, 0.3, "at most the match threshold")])
+def test_publish_refuses_a_review_threshold_without_or_above_the_match_threshold(
+        face_repository, small_512, match, review, error):
+    with pytest.raises(arcface.ConfigEditError, match=error):
+        arcface.publish_arcface(face_repository, small_512, match_threshold=match,
+                                review_threshold=review)
 
 
 def test_publish_keeps_the_config_file_mode_for_a_server_running_as_another_user(
@@ -490,7 +511,8 @@ def test_publish_under_a_policy_serving_all_versions_serves_only_those_that_fit(
         tmp_path / "repo", FACE_EMBEDDING_CONFIG + "version_policy: { all: {} }\n"
     )
 
-    result = arcface.publish_arcface(repo, small_512, match_threshold=0.3)
+    result = arcface.publish_arcface(repo, small_512, match_threshold=0.3,
+                                     review_threshold=0.25)
 
     config = load_config(repo / "face_embedding" / "config.pbtxt")
     assert list(config.version_policy.specific.versions) == [2]
