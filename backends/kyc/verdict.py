@@ -112,7 +112,7 @@ class VerdictSigner:
     """Signs REPORTs with the key derived from the token key."""
 
     def __init__(self, token_key: bytes) -> None:
-        from kyc.pipeline.seal import derive_key  # the one derivation of the server's keys
+        from kyc.keys import derive_key  # the one derivation of the server's keys
 
         self._private = Ed25519PrivateKey.from_private_bytes(
             derive_key(token_key, SIGNING_LABEL))

@@ -229,7 +229,7 @@ def test_a_token_verifies_once_the_application_its_start_named_and_the_verdict_i
     token is bound to the application its START named, and spent by its first
     verification (the same verification retried is answered again: the SDK retries a
     lost reply); the verdict names the application under the server's signature."""
-    from kyc.liveness.token import load_key
+    from kyc.keys import load_key
     from kyc.verdict import VerdictError, VerdictSigner, public_key_text, verify_verdict
 
     token = token_of(server, client, photos, "person_a_2", application="app-1")

@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from kyc.keys import load_key
 from kyc.liveness.challenge import GUIDANCE, MOVES
-from kyc.liveness.token import TokenError, TokenSealer, load_key
+from kyc.liveness.token import TokenError, TokenSealer
 from kyc_testing import Person, live_session, metric_sum, perform_on, play_moves, scrape
 from kyc_tools.eval.attacks import MediumPerformer
 from kyc_tools.liveness_client import LivenessReply, frame_input, perform_session

@@ -17,7 +17,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from kyc.decision.ledger import ENV_LEDGER
-from kyc.liveness.token import ENV_KEY, ENV_KEY_FILE, key_id, load_key
+from kyc.keys import ENV_KEY, ENV_KEY_FILE, key_id, load_key
 from kyc_customers import verify as kyc_verify
 from kyc_testing import (
     SHIPPED_REPOSITORY,

@@ -19,7 +19,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from kyc.liveness.token import create_key_file
+from kyc.keys import create_key_file
 from kyc_testing import (
     KYC,
     SHIPPED_REPOSITORY,

@@ -26,7 +26,8 @@ from kyc.decision.features import FEATURES
 from kyc.decision.policy import DecisionSettings
 from kyc.decision.step import DecisionStep
 from kyc.face.match import FaceThresholds
-from kyc.liveness.token import KEY_BYTES, TokenSealer
+from kyc.keys import KEY_BYTES
+from kyc.liveness.token import TokenSealer
 from kyc.pipeline.seal import Sealer
 from kyc.pipeline.step import Request, RequestError
 

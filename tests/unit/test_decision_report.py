@@ -22,7 +22,8 @@ from decision_cases import (
     text,
 )
 from kyc.decision.features import FEATURES
-from kyc.liveness.token import KEY_BYTES, LivenessClaims, TokenSealer
+from kyc.keys import KEY_BYTES
+from kyc.liveness.token import LivenessClaims, TokenSealer
 
 KEY = secrets.token_bytes(KEY_BYTES)
 
@@ -215,7 +216,8 @@ def test_kyc_decision_calls_its_models_by_their_tensors_and_checks_custody_with_
 
     from kyc.decision.ledger import MemoryLedger
     from kyc.decision.step import DecisionStep
-    from kyc.pipeline.seal import SEAL_LABEL, Sealer, derive_key
+    from kyc.keys import derive_key
+    from kyc.pipeline.seal import SEAL_LABEL, Sealer
 
     monkeypatch.setenv("KYC_TOKEN_LEDGER", "redis://127.0.0.1:1/0")  # not the context's
     monkeypatch.delenv("KYC_TOKEN_KEY", raising=False)

@@ -24,7 +24,7 @@ from kyc.decision.ledger import (
 )
 from kyc.decision.policy import DecisionSettings
 from kyc.decision.step import DecisionStep
-from kyc.liveness.token import KEY_BYTES
+from kyc.keys import KEY_BYTES
 
 KEY = secrets.token_bytes(KEY_BYTES)
 

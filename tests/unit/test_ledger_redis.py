@@ -23,7 +23,8 @@ from kyc.decision.ledger import (
 from kyc.decision.policy import DecisionSettings
 from kyc.decision.step import DecisionStep
 from kyc.face.match import FaceThresholds
-from kyc.liveness.token import KEY_BYTES, LivenessClaims, TokenSealer
+from kyc.keys import KEY_BYTES
+from kyc.liveness.token import LivenessClaims, TokenSealer
 from kyc.pipeline.step import UnavailableError
 from kyc_testing import free_port
 

@@ -9,6 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from kyc.keys import TokenKeyError, create_key_file, key_id, load_key
 from kyc.liveness.challenge import (
     GUIDANCE,
     draw_challenge,
@@ -24,16 +25,7 @@ from kyc.liveness.challenge import (
 )
 from kyc.liveness.session import Frame, LivenessSettings, Session, judge
 from kyc.liveness.store import SessionLimitError, SessionStore, StartLimiter
-from kyc.liveness.token import (
-    MAX_TOKEN_BYTES,
-    LivenessClaims,
-    TokenError,
-    TokenKeyError,
-    TokenSealer,
-    create_key_file,
-    key_id,
-    load_key,
-)
+from kyc.liveness.token import MAX_TOKEN_BYTES, LivenessClaims, TokenError, TokenSealer
 
 SETTINGS = LivenessSettings()
 MOVES = ("left", "right")

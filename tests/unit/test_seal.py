@@ -14,7 +14,7 @@ import pytest
 
 from decision_cases import CUSTODY, NOW, request
 from kyc.decision.custody import check_custody
-from kyc.liveness.token import ENV_KEY, KEY_BYTES
+from kyc.keys import ENV_KEY, KEY_BYTES, derive_key
 from kyc.pipeline.seal import (
     SEAL_LABEL,
     SEAL_VERSION,
@@ -23,7 +23,6 @@ from kyc.pipeline.seal import (
     SealError,
     application_digest,
     attestations,
-    derive_key,
     digest,
     pipeline_sealer,
     text_of,

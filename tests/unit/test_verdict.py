@@ -13,7 +13,7 @@ import pytest
 
 from decision_cases import IMAGES, NOW, decision_step, live_token, request
 from kyc.decision.step import DecisionStep
-from kyc.liveness.token import KEY_BYTES
+from kyc.keys import KEY_BYTES
 from kyc.pipeline.modelconfig import Repository
 from kyc.verdict import (
     CLOCK_SKEW_S,

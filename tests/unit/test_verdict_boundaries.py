@@ -12,7 +12,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from kyc.liveness.token import KEY_BYTES
+from kyc.keys import KEY_BYTES
 from kyc.verdict import (
     MAX_APPLICATION_CHARS,
     VerdictError,

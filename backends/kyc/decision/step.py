@@ -39,10 +39,11 @@ from kyc.decision.ledger import (
 from kyc.decision.policy import DecisionSettings, Findings, LivenessEvidence, decide
 from kyc.face.match import FaceThresholds
 from kyc.intake.admission import TICKET_TENSOR, TicketReturns
-from kyc.liveness.token import TokenError, TokenExpiredError, TokenSealer, load_key
+from kyc.keys import derive_key, load_key
+from kyc.liveness.token import TokenError, TokenExpiredError, TokenSealer
 from kyc.pipeline.contract import BLS, Contract, Use
 from kyc.pipeline.modelconfig import Repository, version_dirs
-from kyc.pipeline.seal import SEAL_LABEL, SealClaims, Sealer, derive_key, digest
+from kyc.pipeline.seal import SEAL_LABEL, SealClaims, Sealer, digest
 from kyc.pipeline.step import (
     Answer,
     IsReady,

@@ -41,6 +41,7 @@ from kyc.face.match import FaceThresholds
 from kyc.face.preprocess import FaceSettings
 from kyc.face.step import FacePreprocessStep, face_preprocessor
 from kyc.image import ImageError
+from kyc.keys import load_key
 from kyc.liveness.challenge import MOVES, draw_challenge, parse_moves, plausible
 from kyc.liveness.metrics import SessionMetrics
 from kyc.liveness.relief import FaceView, face_view
@@ -53,7 +54,7 @@ from kyc.liveness.session import (
     judge,
 )
 from kyc.liveness.store import SessionLimitError, SessionStore, StartLimiter, StartLimitError
-from kyc.liveness.token import LivenessClaims, TokenSealer, load_key
+from kyc.liveness.token import LivenessClaims, TokenSealer
 from kyc.pipeline.contract import BLS, SETTINGS, Contract, Use
 from kyc.pipeline.step import Answer, Request, RequestError, StepContext, encoded_items
 from kyc.pipeline.triton import instance_count

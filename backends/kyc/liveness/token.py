@@ -17,37 +17,30 @@ PAD ran: a verdict without it is of lower assurance), the application its START
 named and its own random id (spent once: kyc.decision.ledger). A client can neither
 read nor change it: a modified byte fails the tag, an expired token is refused.
 
-The key (32 bytes) is shared by every model that makes or reads tokens:
-``KYC_TOKEN_KEY`` (base64) or ``KYC_TOKEN_KEY_FILE`` (a file holding it in
-base64). ``kyc serve`` creates a key file on first start; the Docker image refuses
-to start without one.
+The key (32 bytes) is the server's one secret, shared by every model that makes or reads
+tokens, seals or verdicts (:mod:`kyc.keys`).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import json
-import os
 import secrets
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
+
+from kyc.keys import KEY_BYTES, KEY_ID_CHARS, TokenKeyError, key_id
 
 PREFIX = "kyc2."
 AAD = b"kyc-liveness-token-v2:"  # + the key id
 RETIRED_PREFIXES = ("kyc1.",)  # formats no server issues any more
-KEY_ID_CHARS = 8
-KEY_BYTES = 32
 NONCE_BYTES = 12
 # A real token is about 0.9 KB (128-d embedding) or 3 KB (512-d); anything longer is
 # refused before it is decoded.
 MAX_TOKEN_BYTES = 16384
-ENV_KEY = "KYC_TOKEN_KEY"
-ENV_KEY_FILE = "KYC_TOKEN_KEY_FILE"
 
 
 class TokenError(ValueError):
@@ -56,52 +49,6 @@ class TokenError(ValueError):
 
 class TokenExpiredError(TokenError):
     """A genuine token past its expiry time."""
-
-
-class TokenKeyError(RuntimeError):
-    """No usable token key configured."""
-
-
-def _decode_key(raw: bytes, where: str) -> bytes:
-    try:
-        key = base64.b64decode(raw.strip(), validate=True)
-    except (binascii.Error, ValueError):
-        key = b""
-    if len(key) != KEY_BYTES:
-        raise TokenKeyError(f"{where}: a token key is {KEY_BYTES} bytes, base64-encoded")
-    return key
-
-
-def load_key(environ: dict[str, str] | None = None) -> bytes:
-    """The token key from ``KYC_TOKEN_KEY`` or ``KYC_TOKEN_KEY_FILE``."""
-    env = os.environ if environ is None else environ
-    if env.get(ENV_KEY):
-        return _decode_key(env[ENV_KEY].encode(), ENV_KEY)
-    if env.get(ENV_KEY_FILE):
-        path = Path(env[ENV_KEY_FILE])
-        try:
-            return _decode_key(path.read_bytes(), f"{ENV_KEY_FILE} ({path})")
-        except OSError as exc:
-            raise TokenKeyError(f"{ENV_KEY_FILE}: cannot read {path}: {exc.strerror}") from None
-    raise TokenKeyError(f"no token key: set {ENV_KEY} (base64 of {KEY_BYTES} random bytes) "
-                        f"or {ENV_KEY_FILE}")
-
-
-def key_id(key: bytes) -> str:
-    """The key's public name: 8 hex digits of a domain-separated SHA-256 of it."""
-    return hashlib.sha256(b"kyc-liveness-token-key-id\0" + key).hexdigest()[:KEY_ID_CHARS]
-
-
-def create_key_file(path: Path, text: str | None = None) -> Path:
-    """Write a new random key (base64 of :data:`KEY_BYTES`; or ``text``) to ``path``,
-    readable by its owner only, whole or not at all, unless the file exists already
-    (another start's: it wins)."""
-    from kyc.files import put_new_file
-
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    key = text if text is not None else base64.b64encode(secrets.token_bytes(KEY_BYTES)).decode()
-    put_new_file(path, (key + "\n").encode())
-    return path
 
 
 @dataclass(frozen=True)

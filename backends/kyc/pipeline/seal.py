@@ -41,10 +41,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from kyc.liveness.token import TokenKeyError, load_key
+from kyc.keys import TokenKeyError, derive_key, load_key
 
 SEAL_INPUT = "SEAL"  # the tensor a seal travels in
 # a seal is refused past this age: longer than any request's time in the pipeline
@@ -59,11 +57,6 @@ NO_IMAGE = "-"  # a document read alone: no selfie, no token
 
 class SealError(ValueError):
     """What a step received did not come through the pipeline (or was altered)."""
-
-
-def derive_key(token_key: bytes, label: bytes) -> bytes:
-    """A 32-byte key for ``label``'s use, from the token key (one secret to hold)."""
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=label).derive(token_key)
 
 
 def digest(value: bytes | np.ndarray) -> str:

@@ -85,7 +85,7 @@ def _token_environ() -> dict[str, str] | None:
     invalid, as served."""
     import base64
 
-    from kyc.liveness.token import ENV_KEY, ENV_KEY_FILE, KEY_BYTES
+    from kyc.keys import ENV_KEY, ENV_KEY_FILE, KEY_BYTES
 
     if os.environ.get(ENV_KEY) or os.environ.get(ENV_KEY_FILE):
         return None

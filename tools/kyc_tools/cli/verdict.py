@@ -49,7 +49,7 @@ def add_verdict_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_public_key(args: argparse.Namespace) -> int:
     import os
 
-    from kyc.liveness.token import ENV_KEY, ENV_KEY_FILE, TokenKeyError, load_key
+    from kyc.keys import ENV_KEY, ENV_KEY_FILE, TokenKeyError, load_key
     from kyc.verdict import VerdictSigner, public_key_text
     from kyc_tools.runtime.server import default_token_key_file
 

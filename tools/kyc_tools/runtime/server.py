@@ -97,7 +97,7 @@ def default_admin_key_file() -> Path:
 def development_admin_key(path: Path | None = None) -> str:
     """The admin key of a server started without one: random, made on first start into
     a file only its owner reads (as the token key), so local tools can use it."""
-    from kyc.liveness.token import create_key_file
+    from kyc.keys import create_key_file
 
     return create_key_file(path or default_admin_key_file()).read_text().strip()
 
@@ -107,7 +107,7 @@ def development_client_key(path: Path | None = None) -> str:
     :func:`client_key_problems` allows), made on first start into a file only its owner
     reads, beside the admin key, where this machine's clients find it
     (:func:`kyc_tools.channel.client_key`)."""
-    from kyc.liveness.token import create_key_file
+    from kyc.keys import create_key_file
     from kyc_tools.channel import default_client_key_file
 
     path = create_key_file(path or default_client_key_file(), secrets.token_hex(24))
@@ -142,7 +142,7 @@ def no_client_key_problem() -> str:
 def production_problems(admin_key: str | None, env: Mapping[str, str],
                         open_inference: bool = False) -> list[str]:
     """Why a production server must not start: one line per missing or weak key."""
-    from kyc.liveness.token import ENV_KEY, ENV_KEY_FILE
+    from kyc.keys import ENV_KEY, ENV_KEY_FILE
     from kyc_tools.channel import CLIENT_KEY_ENV
 
     problems = []
@@ -193,7 +193,7 @@ def inference_lock(options: ServerOptions, env: Mapping[str, str] = os.environ) 
 def token_key_environment(env: dict[str, str], options: ServerOptions) -> dict[str, str]:
     """``env`` with a usable liveness token key for the models, checked here so that
     a bad key stops the start with a clear message instead of failing models."""
-    from kyc.liveness.token import ENV_KEY, ENV_KEY_FILE, TokenKeyError, create_key_file, load_key
+    from kyc.keys import ENV_KEY, ENV_KEY_FILE, TokenKeyError, create_key_file, load_key
 
     if not env.get(ENV_KEY) and not env.get(ENV_KEY_FILE):
         if options.require_token_key:
@@ -544,7 +544,7 @@ class TritonServer:
 
             env[CPU_RUNTIME_ENV] = self.options.cpu_runtime
         self.token_key_environment = {k: v for k, v in env.items() if k.startswith("KYC_TOKEN")}
-        from kyc.liveness.token import key_id, load_key
+        from kyc.keys import key_id, load_key
 
         # its public name: replicas behind one service must all print the same
         self.token_key_id = key_id(load_key(env))
