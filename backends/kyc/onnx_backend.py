@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from kyc.dtypes import numpy_dtype
+from kyc.pipeline.modelconfig import instance_count
 from kyc.pipeline.step import Request, RequestError, StepContext, StepError
-from kyc.pipeline.triton import instance_count
 
 log = logging.getLogger(__name__)
 

@@ -56,8 +56,8 @@ from kyc.liveness.session import (
 from kyc.liveness.store import SessionLimitError, SessionStore, StartLimiter, StartLimitError
 from kyc.liveness.token import LivenessClaims, TokenSealer
 from kyc.pipeline.contract import BLS, SETTINGS, Contract, Use
+from kyc.pipeline.modelconfig import instance_count
 from kyc.pipeline.step import Answer, Request, RequestError, StepContext, encoded_items
-from kyc.pipeline.triton import instance_count
 from kyc.verdict import application_ref
 
 log = logging.getLogger(__name__)

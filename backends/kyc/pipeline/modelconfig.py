@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 
@@ -62,6 +63,11 @@ def load_config(path: Path):
 def config_dict(config) -> dict:
     """A ``ModelConfig`` as the JSON object Triton hands to ``initialize``."""
     return json_format.MessageToDict(config, preserving_proto_field_name=True)
+
+
+def instance_count(config: Mapping) -> int:
+    """Instances of this model on this server (1 when the config says nothing)."""
+    return max(1, sum(int(g.get("count", 1)) for g in config.get("instance_group", [])))
 
 
 def string_parameters(config: dict) -> dict[str, str]:

@@ -140,11 +140,6 @@ def request_parameters(request: Any) -> dict[str, Any]:
     return parsed if isinstance(parsed, dict) else {}
 
 
-def instance_count(config: Mapping) -> int:
-    """Instances of this model on this server (1 when the config says nothing)."""
-    return max(1, sum(int(g.get("count", 1)) for g in config.get("instance_group", [])))
-
-
 def resolve(target: str | StepFactory) -> StepFactory:
     """``"package.module:Name"`` -> the factory: ``Name.from_context`` for a step
     class, else ``Name`` itself (a function of the context)."""
