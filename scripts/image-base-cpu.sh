@@ -19,7 +19,7 @@ work=build/base-cpu
 label=org.kyc.inputs
 
 inputs=$( { echo "$suite $packages $py"; cat docker/base-cpu/Dockerfile locks/triton.lock \
-  backends/kyc/local_backends/onnxruntime/model.py "$0"; } | sha256sum | cut -c1-16)
+  backends/kyc/onnx_runtime/local_backends/onnxruntime/model.py "$0"; } | sha256sum | cut -c1-16)
 have=$(docker image inspect --format "{{ index .Config.Labels \"$label\" }}" "$name" 2>/dev/null || true)
 if [ "$have" = "$inputs" ]; then
   echo "image-base-cpu: $name is up to date ($inputs)" >&2
@@ -51,7 +51,7 @@ rm -rf "$context"
 mkdir -p "$context/onnxruntime"
 .venv/bin/python -m pip download -q --disable-pip-version-check --no-deps --require-hashes \
   -r locks/triton.lock -d "$context" 2> >(grep -v '^WARNING: Location' >&2)
-cp backends/kyc/local_backends/onnxruntime/model.py "$context/onnxruntime/"
+cp backends/kyc/onnx_runtime/local_backends/onnxruntime/model.py "$context/onnxruntime/"
 DOCKER_BUILDKIT=0 docker build -q --network none -f docker/base-cpu/Dockerfile \
   --build-arg ROOTFS_IMAGE="$rootfs_image" --build-arg PYTHON_VERSION="$py" \
   --label "$label=$inputs" -t "$name" "$context" >/dev/null

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from kyc.onnx_backend import OnnxModelSettings
+from kyc.onnx_runtime.settings import OnnxModelSettings
 
 CHILD = textwrap.dedent("""
     import os, threading

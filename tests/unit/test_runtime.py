@@ -55,7 +55,7 @@ def test_assembled_backends_hold_the_python_backend_with_the_stub_of_this_python
 
 def test_assembled_backends_hold_a_python_based_onnxruntime_backend(assembled):
     glue = (assembled.backend_dir / "onnxruntime" / "model.py").read_text()
-    assert 'TritonPythonModel = triton_model("kyc.onnx_backend:OnnxStep")' in glue
+    assert 'TritonPythonModel = triton_model("kyc.onnx_runtime.backend:OnnxStep")' in glue
 
 
 def test_server_environment_puts_this_interpreters_bin_first_on_path(assembled):

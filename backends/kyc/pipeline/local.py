@@ -5,7 +5,7 @@ their configs.
 :class:`LocalRepository` is what the bench measures as its in-process limit and what
 tests use to run a pipeline without a server. Nothing is retyped here: a Python
 model's step is the one its ``model.py`` names (the file is imported as the stub
-would import it), an ONNX model is :class:`kyc.onnx_backend.OnnxStep` over its
+would import it), an ONNX model is :class:`kyc.onnx_runtime.backend.OnnxStep` over its
 latest version, and an ensemble runs its ``ensemble_scheduling`` steps in data
 order with their ``input_map``/``output_map``. A step's "BLS call" is a direct call
 of the callee here. Requests go to a model in groups of at most its
@@ -122,7 +122,7 @@ class LocalRepository:
                            self.infer, in_server=False, environ=self.environ)
 
     def _build(self, model: str) -> Step:
-        from kyc.onnx_backend import OnnxStep
+        from kyc.onnx_runtime.backend import OnnxStep
 
         config = self.repository.config(model)
         if config.platform == "ensemble":

@@ -103,7 +103,7 @@ def onnx_session(repository: Path, model: str) -> Any:
 
 def onnx_threads(local: Any) -> dict[str, int]:
     """The intra-op threads of every ONNX model a LocalRepository has built."""
-    from kyc.onnx_backend import OnnxStep
+    from kyc.onnx_runtime.backend import OnnxStep
 
     return {name: step.runner.settings.intra_op_threads
             for name, step in sorted(local.built().items()) if isinstance(step, OnnxStep)}

@@ -234,7 +234,7 @@ class ServerOptions:
     # (`kyc serve --open-inference`; the tests' servers, whose raw calls carry no key).
     open_inference: bool = False
     # "onnxruntime": the local onnxruntime backend ignores the configs' CPU accelerator
-    # (KYC_CPU_RUNTIME; kyc.onnx_backend); "": as the configs say (OpenVINO).
+    # (KYC_CPU_RUNTIME; kyc.onnx_runtime.settings); "": as the configs say (OpenVINO).
     cpu_runtime: str = ""
     log_verbose: int = 0
     exit_on_error: bool = True
@@ -540,7 +540,7 @@ class TritonServer:
             precompile_python_models(self.options.model_repository)
         env = token_key_environment(self.install.environment(), self.options)
         if self.options.cpu_runtime:
-            from kyc.onnx_backend import CPU_RUNTIME_ENV
+            from kyc.onnx_runtime.settings import CPU_RUNTIME_ENV
 
             env[CPU_RUNTIME_ENV] = self.options.cpu_runtime
         self.token_key_environment = {k: v for k, v in env.items() if k.startswith("KYC_TOKEN")}

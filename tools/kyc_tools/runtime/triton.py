@@ -26,8 +26,8 @@ from pathlib import Path
 import kyc
 
 WHEEL_DISTRIBUTION = "nvidia-pytriton"
-# the serving package's own backends (kyc/local_backends), found through its import
-LOCAL_BACKENDS = Path(kyc.__file__).resolve().parent / "local_backends"
+# the serving package's own backends (kyc/onnx_runtime/local_backends), found through its import
+LOCAL_BACKENDS = Path(kyc.__file__).resolve().parent / "onnx_runtime" / "local_backends"
 STUB_NAME = "triton_python_backend_stub"
 
 

@@ -7,13 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kyc.onnx_backend import (
-    ConfiguredSession,
-    OnnxBatchRunner,
-    OnnxModelSettings,
-    make_session,
-)
-from kyc.openvino_session import OpenVinoSession, compile_properties
+from kyc.onnx_runtime.backend import OnnxBatchRunner, make_session
+from kyc.onnx_runtime.openvino import OpenVinoSession, compile_properties
+from kyc.onnx_runtime.sessions import ConfiguredSession
+from kyc.onnx_runtime.settings import OnnxModelSettings
 
 CONFIG = {
     "name": "m",

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kyc.onnx_backend import SlicedSession
+from kyc.onnx_runtime.sessions import SlicedSession
 
 if TYPE_CHECKING:
-    from kyc.onnx_backend import OnnxModelSettings
+    from kyc.onnx_runtime.settings import OnnxModelSettings
 
 log = logging.getLogger(__name__)
 

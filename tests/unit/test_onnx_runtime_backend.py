@@ -11,7 +11,8 @@ from onnx import TensorProto
 
 import fake_triton
 from fake_triton import FakeTensor
-from kyc.onnx_backend import OnnxBatchRunner, OnnxModelSettings, RequestError, make_session
+from kyc.onnx_runtime.backend import OnnxBatchRunner, RequestError, make_session
+from kyc.onnx_runtime.settings import OnnxModelSettings
 
 CONFIG = {
     "name": "m",
@@ -202,7 +203,7 @@ def fake_pb_utils(monkeypatch):
 def test_triton_model_answers_each_request_with_outputs_or_an_invalid_arg_error(
     tmp_path: Path, onnx_factory, fake_pb_utils
 ):
-    from kyc.onnx_backend import OnnxStep
+    from kyc.onnx_runtime.backend import OnnxStep
     from kyc.pipeline.triton import triton_model
 
     served_model = triton_model(OnnxStep.from_context)

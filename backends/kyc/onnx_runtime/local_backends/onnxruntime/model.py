@@ -2,9 +2,9 @@
 
 ``kyc serve`` copies this file to ``<backend-directory>/onnxruntime/model.py``;
 configs with ``platform: "onnxruntime_onnx"`` then load unchanged. The step is
-:class:`kyc.onnx_backend.OnnxStep`.
+:class:`kyc.onnx_runtime.backend.OnnxStep`.
 """
 
 from kyc.pipeline.triton import triton_model
 
-TritonPythonModel = triton_model("kyc.onnx_backend:OnnxStep")
+TritonPythonModel = triton_model("kyc.onnx_runtime.backend:OnnxStep")
