@@ -26,8 +26,8 @@ import torch.nn.functional as F  # noqa: N812 - the usual torch alias
 from onnx import TensorProto
 from torch import nn
 
-from kyc.face.match import MATCH_KEY
-from kyc.face.match import REVIEW_KEY as REVIEW_KEY_OF_BAND
+from kyc.face.match import MATCH_KEY as THRESHOLD_KEY
+from kyc.face.match import REVIEW_KEY
 from kyc_tools.assets.fetch import sha256_file
 from kyc_tools.assets.files import replace_file
 from kyc_tools.repo.check import CONFIG, check_model, check_version, served_versions, version_dirs
@@ -65,7 +65,6 @@ logger = logging.getLogger(__name__)
 MODEL_NAME = "face_embedding"
 INPUT_NAME = "FACE"
 OUTPUT_NAME = "EMBEDDING"
-THRESHOLD_KEY, REVIEW_KEY = MATCH_KEY, REVIEW_KEY_OF_BAND  # kyc.face.match
 # Same opset as the shipped face_embedding: every onnxruntime and TensorRT parser that
 # Triton 2.51 ships accepts it (IR version 8).
 OPSET = SFACE_TARGET_OPSET

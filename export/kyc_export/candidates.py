@@ -23,18 +23,20 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from kyc.pipeline.modelconfig import version_dirs
 from kyc_tools.assets.fetch import fetch_candidate
 from kyc_tools.assets.manifest import load_manifest
 
 from .convert import finish_model, l2_normalize_nodes
+from .dlib_resnet import INPUT_NAME as INPUT
+from .dlib_resnet import MODEL_NAME as SERVED
+from .dlib_resnet import OUTPUT_NAME as OUTPUT
 from .dlib_resnet import convert_dlib_resnet
 from .graph import const, graph_input_names, opset_version, set_metadata
 from .graph import metadata as read_metadata
 
 log = logging.getLogger(__name__)
 
-INPUT, OUTPUT = "FACE", "EMBEDDING"
-SERVED = "face_embedding"
 
 
 def mirror_average(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -89,12 +91,12 @@ def write_candidates(out: Path, repository: Path) -> dict[str, Path]:
     set_metadata(dlib, {"kyc.candidate": "dlib_resnet", "kyc.license": spec.license,
                         "kyc.source": f"{spec.source.requirement}:{spec.members['model'].path}",
                         "kyc.source_sha256": spec.members["model"].sha256})
-    versions = sorted(int(v.name) for v in (repository / SERVED).iterdir() if v.name.isdigit())
+    versions = version_dirs(repository / SERVED)
     if not versions:
         raise FileNotFoundError(f"{repository / SERVED} has no version to mirror")
-    served = onnx.load(str(repository / SERVED / str(versions[-1]) / "model.onnx"))
+    served = onnx.load(str(versions[-1] / "model.onnx"))
     models = {"dlib-resnet": dlib, "dlib-resnet-mirror": mirror_average(dlib),
-              f"{SERVED}-v{versions[-1]}-mirror": mirror_average(served)}
+              f"{SERVED}-v{versions[-1].name}-mirror": mirror_average(served)}
     written = {}
     for name, model in models.items():
         written[name] = out / f"{name}.onnx"

@@ -43,7 +43,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from kyc.face.align import ARCFACE_TEMPLATE, FACE_SIZE
+from kyc.face.align import ARCFACE_TEMPLATE, FACE_SIZE, umeyama
 
 from .convert import SFACE_TARGET_OPSET, finish_model, l2_normalize_nodes, preprocess_nodes
 from .errors import ConversionError
@@ -544,15 +544,13 @@ def chip_to_crop(size: int = CHIP_SIZE, padding: float = CHIP_PADDING) -> tuple[
     separable resampling could not follow it.
     """
     src, dst = chip_landmarks(size, padding), np.asarray(ARCFACE_TEMPLATE, np.float64)
-    src_c, dst_c = src - src.mean(axis=0), dst - dst.mean(axis=0)
-    # Similarity (Umeyama): the rotation angle of the cross-covariance.
-    cross = (src_c * dst_c).sum(), (src_c[:, 0] * dst_c[:, 1] - src_c[:, 1] * dst_c[:, 0]).sum()
-    angle = math.atan2(cross[1], cross[0])
+    fit = umeyama(src, dst)  # the face path's own similarity fit
+    angle = math.atan2(fit[1, 0], fit[0, 0])
     if abs(angle) > MAX_ROTATION:
         raise ConversionError(
             f"{MODEL_NAME}: the chip and ArcFace frames differ by a {angle:.4f} rad rotation"
         )
-    scale = float(cross[0] / (src_c**2).sum())
+    scale = float(fit[0, 0])  # s cos(angle): the least-squares scale without the rotation
     return scale, dst.mean(axis=0) - scale * src.mean(axis=0)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from kyc.face.match import MATCH_KEY, FaceThresholds
 from kyc_tools.eval import MEASURED, metrics
 from kyc_tools.eval.calls import array_input, each, error_text
 from kyc_tools.eval.data import FaceImage, read_faces
@@ -88,7 +89,7 @@ def run(root: Path, repository: Path, versions: Sequence[int] | None = None,
     result: dict[str, Any] = {
         "kind": "faces", "data": str(root), "repository": str(repository),
         "model": EMBEDDING, "images": len(images), "people": len(set(people)),
-        "threshold_parameter": f"{EMBEDDING}/config.pbtxt: match_threshold", "versions": {},
+        "threshold_parameter": f"{EMBEDDING}/config.pbtxt: {MATCH_KEY}", "versions": {},
     }
     found: list[np.ndarray | str] = []
     for version in versions:
@@ -97,10 +98,8 @@ def run(root: Path, repository: Path, versions: Sequence[int] | None = None,
                 started = time.perf_counter()
                 found = detect(server, images)
                 result["detect_s"] = round(time.perf_counter() - started, 3)
-                parameters = server.parameters(EMBEDDING)
-                result["threshold"] = float(parameters["match_threshold"])
-                result["review_threshold"] = float(parameters.get("review_threshold")
-                                                   or result["threshold"])
+                faces = FaceThresholds.from_parameters(server.parameters(EMBEDDING))
+                result["threshold"], result["review_threshold"] = faces.match, faces.review
             usable = [not isinstance(f, str) for f in found]
             faces = [f for f in found if not isinstance(f, str)]
             batch = int(server.config(EMBEDDING).get("max_batch_size", 1)) or 1
@@ -114,14 +113,10 @@ def run(root: Path, repository: Path, versions: Sequence[int] | None = None,
         pairs = metrics.pair_scores(scores, people, usable)
         figures = metrics.face_figures(pairs.genuine, pairs.impostor, threshold, target_fmr,
                                        result["review_threshold"])
+        listed = _listing_threshold(figures, version, served)
         result["versions"][str(version)] = {
             **figures, "embedding_dims": int(embeddings.shape[1]),
-            "embed_s": round(embed_s, 3),
-            # the configured threshold belongs to the served weights; another version's
-            # pairs are listed at the threshold its own pairs show
-            "failing_at": (listed := threshold if version == served or served is None
-                           else figures["threshold_at_fmr_bound"]
-                           or figures["threshold_at_target_fmr"] or threshold),
+            "embed_s": round(embed_s, 3), "failing_at": listed,
             "failing_pairs": failing_pairs(pairs, images, listed),
             "_genuine": pairs.genuine, "_impostor": pairs.impostor,
         }
@@ -133,6 +128,15 @@ def run(root: Path, repository: Path, versions: Sequence[int] | None = None,
                            if isinstance(f, str)]
     result["recommendation"] = recommend(result, served)
     return result
+
+
+def _listing_threshold(figures: dict, version: int, served: int | None) -> float:
+    """Where a version's failing pairs are listed: the configured threshold belongs to the
+    served weights; another version's are listed at the threshold its own pairs show."""
+    if served is None or version == served:
+        return figures["threshold"]
+    return (figures["threshold_at_fmr_bound"] or figures["threshold_at_target_fmr"]
+            or figures["threshold"])
 
 
 def impostor_pairs_needed(target_fmr: float) -> int:
