@@ -30,6 +30,7 @@ RUN bash scripts/system-deps.sh \
     && make deps-locked RUNTIME=/opt/kyc
 # Then the project: the model files, checked, and the package into /opt/kyc.
 COPY README.md ./
+COPY client/ client/
 COPY backends/ backends/
 COPY tools/ tools/
 COPY export/ export/

@@ -42,8 +42,9 @@ $(VENV)/.installed-locks: constraints.txt locks/dev-py$(PYVER).lock locks/triton
 	$(PIP) --no-deps --require-hashes -r locks/triton.lock
 	touch $@
 
-$(VENV)/.installed: $(VENV)/.installed-locks pyproject.toml
-	$(PIP) --no-deps --no-build-isolation -e .
+# Two distributions: the client's (client/, kyc_client) and the server's, which builds on it.
+$(VENV)/.installed: $(VENV)/.installed-locks pyproject.toml client/pyproject.toml
+	$(PIP) --no-deps --no-build-isolation -e ./client -e .
 	touch $@
 
 ## lock: regenerate locks/ after a change to pyproject.toml or constraints.txt
@@ -119,7 +120,7 @@ $(RUNTIME)/.installed-locks: locks/runtime-py$(PYVER).lock
 runtime: deps $(RUNTIME)/.installed-locks
 	rm -rf build/dist
 	$(BIN)/python -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation \
-		-w build/dist .
+		-w build/dist ./client .
 	$(RUNTIME)/bin/python -m pip install -q --disable-pip-version-check --no-deps \
 		--force-reinstall build/dist/*.whl
 

@@ -7,7 +7,7 @@
 #                                            as scripts/lock.sh does)
 # What it mutates and with which tests: [tool.mutmut] in pyproject.toml. mutmut names a
 # module by its path and strips only "src.", so the run happens in build/mutmut/, where
-# backends/ is src/, beside tests/ and pyproject.toml (links, read when mutmut copies them
+# src/ holds backends/kyc and client/kyc_client, beside tests/ and pyproject.toml (links, read when mutmut copies them
 # into build/mutmut/mutants/, its work folder). tests/unit/test_intake.py reads the shipped
 # model_repository/ (a link there too, not a 50 MB copy). Results: docs/mutation-testing.md.
 set -euo pipefail
@@ -40,7 +40,9 @@ shift
 work=build/mutmut
 rm -rf "$work"
 mkdir -p "$work/mutants"
-ln -s ../../backends "$work/src"
+mkdir -p "$work/src"
+ln -s "$root/backends/kyc" "$work/src/kyc"
+ln -s "$root/client/kyc_client" "$work/src/kyc_client"
 ln -s ../../tests "$work/tests"
 ln -s ../../pyproject.toml "$work/pyproject.toml"
 ln -s "$root/model_repository" "$work/mutants/model_repository"

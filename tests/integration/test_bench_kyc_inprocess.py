@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
+from kyc_client.sdk import KycClient
 from kyc_tools.bench.kyc import KycCase, KycInProcess, kyc_cases
-from kyc_tools.client import KycClient
 
 pytestmark = pytest.mark.integration
 

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from kyc_client.liveness import bytes_input
 from kyc_testing import concurrently_as_a_client
 from kyc_tools.assets import fetch
-from kyc_tools.liveness_client import bytes_input
 from kyc_tools.runtime.server import is_ready
 from kyc_tools.synthetic.document import (
     LAYOUTS,

@@ -22,6 +22,8 @@ import tritonclient.grpc as grpcclient
 from PIL import Image
 from tritonclient.utils import InferenceServerException
 
+from kyc_client.liveness import LivenessReply, bytes_input
+from kyc_client.sdk import NO_RETRY, KycClient, KycUnavailableError
 from kyc_testing import (
     SHIPPED_REPOSITORY,
     Person,
@@ -32,8 +34,6 @@ from kyc_testing import (
     start_server,
 )
 from kyc_tools.assets.fetch import fetch_test_photos
-from kyc_tools.client import NO_RETRY, KycClient, KycUnavailableError
-from kyc_tools.liveness_client import LivenessReply, bytes_input
 from kyc_tools.repo.config import load_config
 from kyc_tools.runtime.server import SHM_DIR, ServerOptions, TritonServer, is_ready
 

@@ -31,10 +31,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from kyc_client.channel import CLIENT_KEY_ENV, CLIENT_KEY_HEADER
 from kyc_customers import document, token_of, verify
 from kyc_testing import SHIPPED_REPOSITORY, ensemble_inputs, searchable
 from kyc_tools.assets.fetch import fetch_test_photos
-from kyc_tools.channel import CLIENT_KEY_ENV, CLIENT_KEY_HEADER
 from kyc_tools.cli import main
 from kyc_tools.runtime.server import ServerOptions, free_port, is_ready, repository_index
 from kyc_tools.synthetic.document import random_identity

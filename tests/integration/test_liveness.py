@@ -19,9 +19,9 @@ import tritonclient.grpc as grpcclient
 from kyc.keys import load_key
 from kyc.liveness.challenge import GUIDANCE, MOVES
 from kyc.liveness.token import TokenError, TokenSealer
+from kyc_client.liveness import LivenessReply, frame_input, perform_session
 from kyc_testing import Person, live_session, metric_sum, perform_on, play_moves, scrape
 from kyc_tools.eval.attacks import MediumPerformer
-from kyc_tools.liveness_client import LivenessReply, frame_input, perform_session
 from kyc_tools.runtime.server import is_ready
 from kyc_tools.synthetic.liveness import encode
 
@@ -150,7 +150,7 @@ def test_twenty_starts_from_one_client_neither_show_nor_choose_a_whole_challenge
     """Challenge shopping: a recording waiting for the challenge it holds. START tells the
     first move only, and a client (or a customer) starts so many sessions in a window:
     10 (5 a customer) over the two instances; another client is not held back."""
-    from kyc_tools.client import KycClient, KycError
+    from kyc_client.sdk import KycClient, KycError
 
     seen, refused = [], 0
     live_before = metric_sum(scrape(server), "kyc_liveness_sessions_live")
@@ -257,7 +257,7 @@ def test_a_capture_streams_frame_by_frame_and_progress_comes_back_before_the_end
         server, person_a):
     import time
 
-    from kyc_tools.client import KycClient
+    from kyc_client.sdk import KycClient
 
     with KycClient(server.options.grpc_url) as sdk, sdk.liveness_capture() as capture:
         perform, seen = person_a.performer(), []
@@ -277,7 +277,7 @@ def test_a_capture_streams_frame_by_frame_and_progress_comes_back_before_the_end
 def test_an_asyncio_capture_reads_its_replies_while_frames_are_pushed(server, person_a):
     import asyncio
 
-    from kyc_tools.client import AsyncKycClient
+    from kyc_client.sdk import AsyncKycClient
 
     async def session():
         async with AsyncKycClient(server.options.grpc_url) as sdk:

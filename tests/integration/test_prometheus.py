@@ -19,9 +19,9 @@ import tritonclient.grpc as grpcclient
 import yaml
 from tritonclient.utils import InferenceServerException
 
+from kyc_client.liveness import bytes_input
 from kyc_testing import PROJECT_ROOT, SHIPPED_REPOSITORY
 from kyc_tools.cli import main
-from kyc_tools.liveness_client import bytes_input
 from kyc_tools.ops import dashboard, prometheus
 from kyc_tools.ops.models import served_models
 from kyc_tools.runtime.server import free_port

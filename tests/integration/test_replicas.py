@@ -18,6 +18,7 @@ from tritonclient.utils import InferenceServerException
 
 from kyc.decision.ledger import ENV_LEDGER
 from kyc.keys import ENV_KEY, ENV_KEY_FILE, key_id, load_key
+from kyc_client.liveness import LivenessReply
 from kyc_customers import verify as kyc_verify
 from kyc_testing import (
     SHIPPED_REPOSITORY,
@@ -29,7 +30,6 @@ from kyc_testing import (
 )
 from kyc_tools.assets.fetch import fetch_test_photos
 from kyc_tools.cli import main
-from kyc_tools.liveness_client import LivenessReply
 
 pytestmark = pytest.mark.integration
 

@@ -20,6 +20,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from kyc.keys import create_key_file
+from kyc_client.channel import CLIENT_KEY_ENV, CLIENT_KEY_HEADER, as_channel
 from kyc_testing import (
     KYC,
     SHIPPED_REPOSITORY,
@@ -28,7 +29,6 @@ from kyc_testing import (
     require_weights,
     write_echo_version,
 )
-from kyc_tools.channel import CLIENT_KEY_ENV, CLIENT_KEY_HEADER, as_channel
 from kyc_tools.cli import main
 from kyc_tools.runtime.procs import children, is_running, stub_instance
 from kyc_tools.runtime.server import free_port, is_ready

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
+from kyc_client.sdk import AsyncKycClient, KycClient, KycInputError, KycUnavailableError
 from kyc_testing import PROJECT_ROOT, free_port
-from kyc_tools.client import AsyncKycClient, KycClient, KycInputError, KycUnavailableError
 from kyc_tools.synthetic.liveness import encode
 
 pytestmark = pytest.mark.integration

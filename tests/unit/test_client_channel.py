@@ -1,4 +1,4 @@
-"""kyc_tools.channel: TLS and headers from `kyc verify`'s options to every tritonclient call."""
+"""kyc_client.channel: TLS and headers from `kyc verify`'s options to every tritonclient call."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 
-from kyc_tools.channel import (
+from kyc_client.channel import (
     CLIENT_KEY_ENV,
     CLIENT_KEY_HEADER,
     Channel,
@@ -19,10 +19,10 @@ from kyc_tools.channel import (
     default_client_key_file,
     parse_header,
 )
+from kyc_client.liveness import LivenessStream
+from kyc_client.sdk import AsyncKycClient, KycClient
 from kyc_tools.cli import build_parser
 from kyc_tools.cli.verify import channel_of
-from kyc_tools.client import AsyncKycClient, KycClient
-from kyc_tools.liveness_client import LivenessStream
 
 CHANNEL = Channel("kyc.example.com:443", ssl=True, root_certificates=Path("ca.pem"),
                   headers=(("authorization", "Bearer t0k"), ("x-tenant", "7")))

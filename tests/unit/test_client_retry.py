@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from kyc_tools.client import (
+from kyc_client.sdk import (
     NO_RETRY,
     AsyncKycClient,
     KycAuthError,
@@ -184,7 +184,7 @@ def test_the_async_form_tries_and_waits_as_the_sync_one(monkeypatch):
         tries.append(clock.now)
         raise KycUnavailableError(f"shed {len(tries)}")
 
-    monkeypatch.setattr("kyc_tools.client.asyncio.sleep", sleep)
+    monkeypatch.setattr("kyc_client.sdk.asyncio.sleep", sleep)
     with pytest.raises(KycUnavailableError, match="shed 5"):
         asyncio.run(acall_with_retries(call, policy, clock=clock, rng=lambda: 1.0))
     assert clock.sleeps == pytest.approx([0.5, 1.0, 1.0, 1.0])

@@ -16,8 +16,8 @@ import yaml
 from deploy_manifests import DEPLOY, KSERVE, KUBERNETES_VERSION, one, rendered
 from kyc.decision.ledger import ENV_LEDGER, RedisLedger, ledger_from_environ
 from kyc.keys import ENV_KEY_FILE
+from kyc_client.channel import CLIENT_KEY_ENV
 from kyc_testing import PROJECT_ROOT, SHIPPED_REPOSITORY
-from kyc_tools.channel import CLIENT_KEY_ENV
 from kyc_tools.cli import build_parser
 from kyc_tools.ops import prometheus
 from kyc_tools.ops.models import served_models

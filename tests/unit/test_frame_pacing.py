@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kyc_tools.liveness_client import CAMERA_FPS, FramePacer
+from kyc_client.liveness import CAMERA_FPS, FramePacer
 
 
 class Clock:

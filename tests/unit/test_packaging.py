@@ -25,3 +25,18 @@ def test_every_package_directory_is_listed_for_the_wheel():
                 continue
             found.add(".".join(init.parent.relative_to(base).parts))
     assert found == listed
+
+
+def test_the_client_distribution_lists_every_package_under_client():
+    project = tomllib.loads((ROOT / "client" / "pyproject.toml").read_text())
+    listed = set(project["tool"]["setuptools"]["packages"])
+    found = {".".join(init.parent.relative_to(ROOT / "client").parts)
+             for init in (ROOT / "client").rglob("__init__.py")
+             if not {"__pycache__", "build"} & set(init.parts)}  # build/: a wheel's work
+    assert found == listed
+
+
+def test_the_server_distribution_requires_the_client_at_its_version():
+    server = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    client = tomllib.loads((ROOT / "client" / "pyproject.toml").read_text())["project"]
+    assert f"{client['name']}=={client['version']}" in server["dependencies"]

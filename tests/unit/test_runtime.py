@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kyc_tools.channel import CLIENT_KEY_ENV, client_key, default_client_key_file
+from kyc_client.channel import CLIENT_KEY_ENV, client_key, default_client_key_file
 from kyc_tools.runtime.server import (
     InferenceLock,
     ServerError,

@@ -191,7 +191,7 @@ def test_the_verdict_names_the_model_versions_serving_not_the_newest_on_disk(tmp
 
 
 def test_the_sdks_verification_checks_its_report_as_a_backend_must():
-    from kyc_tools.client import Verification
+    from kyc_client.sdk import Verification
 
     signed = SIGNER.sign(_report())
     result = Verification("approve", [], 0.71, 0.9, 0.02, json.loads(json.dumps(signed)))

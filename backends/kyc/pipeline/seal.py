@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kyc.keys import TokenKeyError, derive_key, load_key
+from kyc_client.verdict import DIGEST_BYTES, image_digest
 
 SEAL_INPUT = "SEAL"  # the tensor a seal travels in
 # a seal is refused past this age: longer than any request's time in the pipeline
@@ -51,7 +52,6 @@ SEAL_MAX_AGE_S = 60.0
 SEAL_VERSION = "s2"
 SEAL_FIELDS = 9  # version, ticket (3), time, document, selfie, token, application
 ATTESTATION_VERSION = "a1"
-DIGEST_BYTES = 16  # 128 bits: a collision costs 2^64 work, a forgery 2^128
 NO_IMAGE = "-"  # a document read alone: no selfie, no token
 
 
@@ -62,11 +62,9 @@ class SealError(ValueError):
 def digest(value: bytes | np.ndarray) -> str:
     """A hex digest of encoded bytes or of one row of a tensor (its dtype kind, shape
     and bytes; a TYPE_STRING row by its items' lengths and bytes)."""
-    h = hashlib.sha256()
     if isinstance(value, bytes | bytearray | memoryview):
-        h.update(b"b")
-        h.update(value)
-        return h.hexdigest()[: 2 * DIGEST_BYTES]
+        return image_digest(value)  # as a client checks it against the signed verdict
+    h = hashlib.sha256()
     array = np.asarray(value)
     h.update(f"{array.dtype.kind}{array.shape}".encode())
     if array.dtype == np.object_:

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from kyc.budgets import StepMap, queue_against_budget
+from kyc_client.channel import as_channel
 from kyc_tools.bench.measure import (
     AsyncClient,
     InProcessRunner,
@@ -67,7 +68,6 @@ from kyc_tools.bench.options import (
     PeerUnavailableError,
 )
 from kyc_tools.bench.stats import model_stats, process_cpu_seconds, server_times, stats_reader
-from kyc_tools.channel import as_channel
 from kyc_tools.repo.graph import build_graph, entry_models, step_map
 from kyc_tools.runtime.procs import children, stub_instance
 from kyc_tools.runtime.server import (

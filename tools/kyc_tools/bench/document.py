@@ -59,7 +59,7 @@ class DocumentClient:
         import tritonclient.grpc as grpcclient
         import tritonclient.grpc.aio as aioclient
 
-        from kyc_tools.channel import as_channel
+        from kyc_client.channel import as_channel
 
         self.grpc, self.cases, self.index = grpcclient, cases, offset
         self.channel = as_channel(grpc_url)  # with the client key found here

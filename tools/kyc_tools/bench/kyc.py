@@ -30,9 +30,9 @@ import numpy as np
 from kyc.pipeline.local import LocalRepository
 from kyc.pipeline.step import Request
 from kyc.reasons import FACE_MISMATCH
+from kyc_client.sdk import Verification
 from kyc_tools.bench.measure import Outcome
 from kyc_tools.bench.models import onnx_threads
-from kyc_tools.client import Verification
 
 PAIRS = (("person_a_1", "person_a_2"), ("person_b_1", "person_b_2"))
 KYC_DESCRIPTION = ("one customer = kyc_ensemble on a rendered passport page with a real "

@@ -65,8 +65,8 @@ from typing import Any
 import numpy as np
 
 from kyc.liveness.challenge import MOVES
-from kyc_tools.channel import as_channel
-from kyc_tools.liveness_client import frame_input
+from kyc_client.channel import as_channel
+from kyc_client.liveness import frame_input
 from kyc_tools.synthetic.liveness import HeadModel, encode, frame_variant, move_pose, move_poses
 
 log = logging.getLogger(__name__)
@@ -183,8 +183,8 @@ def _faces(grpc_url: str, roles: Sequence[str]) -> list[tuple[np.ndarray, list]]
     """(RGB image, five landmarks from the served ``face_preprocess``) of each photo."""
     from PIL import Image
 
+    from kyc_client.sdk import KycClient
     from kyc_tools.assets.fetch import fetch_test_photos
-    from kyc_tools.client import KycClient
 
     photos, faces = fetch_test_photos(), []
     with KycClient(grpc_url, timeout_s=CLIENT_TIMEOUT_S) as client:

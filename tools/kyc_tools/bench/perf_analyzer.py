@@ -128,7 +128,7 @@ def command(model: str, grpc_url: str, concurrency: int, input_data: Path, csv_f
     kyc_ensemble's 1-s customers, 2 per window); the bench does not retry. The client
     key found here goes as gRPC metadata (``-H``: perf_analyzer 2.51 sends it on gRPC
     too, whatever its help says; it is on the command line, as it is on tritonserver's)."""
-    from kyc_tools.channel import as_channel
+    from kyc_client.channel import as_channel
 
     headers = [arg for name, value in as_channel(grpc_url).headers
                for arg in ("-H", f"{name}:{value}")]

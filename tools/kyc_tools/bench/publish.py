@@ -42,7 +42,7 @@ def first_request_after_publish(bench: Bench, model: str, name: str, payload: np
     import tritonclient.grpc as grpcclient
     from tritonclient.utils import np_to_triton_dtype
 
-    from kyc_tools.channel import as_channel
+    from kyc_client.channel import as_channel
     from kyc_tools.repo.check import version_dirs
     from kyc_tools.repo.publish import publish
 

@@ -46,7 +46,7 @@ class KycClient:
     """kyc_ensemble through the SDK's asyncio client, cycling through the cases."""
 
     def __init__(self, grpc_url: str, cases: Sequence[Any], offset: int = 0) -> None:
-        from kyc_tools.client import AsyncKycClient
+        from kyc_client.sdk import AsyncKycClient
 
         self.client, self.cases, self.index = AsyncKycClient(grpc_url), cases, offset
 
@@ -85,7 +85,7 @@ def aligned_faces(grpc_url: str) -> list[np.ndarray]:
     """face_preprocess's FACE of every real test photo: [1, 112, 112, 3] uint8 each."""
     import tritonclient.grpc as grpcclient
 
-    from kyc_tools.channel import as_channel
+    from kyc_client.channel import as_channel
 
     channel = as_channel(grpc_url)  # with the client key found here
     client = channel.grpc_client(grpcclient)

@@ -67,7 +67,7 @@ def cmd_public_key(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from kyc.verdict import VerdictError, verify_verdict
+    from kyc_client.verdict import VerdictError, verify_verdict
 
     key = args.public_key
     if Path(key).is_file():

@@ -61,7 +61,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_channel_options(parser: argparse.ArgumentParser) -> None:
-    """TLS and headers: a server behind an authenticating TLS ingress (kyc_tools.channel)."""
+    """TLS and headers: a server behind an authenticating TLS ingress (kyc_client.channel)."""
     parser.add_argument("--tls", action="store_true",
                         help="gRPC over TLS, checked against the system's CAs (or --ca-file)")
     parser.add_argument("--ca-file", type=Path, metavar="PEM",
@@ -73,7 +73,7 @@ def _add_channel_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _header(text: str) -> tuple[str, str]:
-    from kyc_tools.channel import parse_header
+    from kyc_client.channel import parse_header
 
     try:
         return parse_header(text)
@@ -82,10 +82,10 @@ def _header(text: str) -> tuple[str, str]:
 
 
 def channel_of(args: argparse.Namespace):
-    """The :class:`kyc_tools.channel.Channel` that ``--url``, ``--tls``, ``--ca-file`` and
+    """The :class:`kyc_client.channel.Channel` that ``--url``, ``--tls``, ``--ca-file`` and
     ``--header`` describe, with the client key found on this machine
-    (:func:`kyc_tools.channel.client_key`) unless a ``--header`` gives one."""
-    from kyc_tools.channel import CLIENT_KEY_HEADER, Channel, client_key_headers
+    (:func:`kyc_client.channel.client_key`) unless a ``--header`` gives one."""
+    from kyc_client.channel import CLIENT_KEY_HEADER, Channel, client_key_headers
 
     given = tuple(args.header)
     default = () if any(name == CLIENT_KEY_HEADER for name, _ in given) else tuple(
@@ -99,7 +99,7 @@ def _progress(text: str, end: str = "\n") -> None:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from kyc_tools.client import KycClient, KycError
+    from kyc_client.sdk import KycClient, KycError
 
     try:
         document, selfie = args.document.read_bytes(), args.selfie.read_bytes()
@@ -160,7 +160,7 @@ def _demo_performer(client, photo: bytes):
     import numpy as np
     from PIL import Image, ImageOps
 
-    from kyc_tools.client import KycInputError
+    from kyc_client.sdk import KycInputError
     from kyc_tools.synthetic.liveness import HeadModel, Performer
 
     face = client.find_face(photo)

@@ -25,12 +25,12 @@ from typing import Any
 
 import numpy as np
 
+from kyc_client.liveness import bytes_input
 from kyc_tools.eval import DOCUMENT_MODELS, metrics
 from kyc_tools.eval.calls import each, error_text
 from kyc_tools.eval.data import DocumentSample, read_documents
 from kyc_tools.eval.document_cases import DocumentCase, by_category, categories, rates, score
 from kyc_tools.eval.server import EvalServer, pick_versions
-from kyc_tools.liveness_client import bytes_input
 
 log = logging.getLogger(__name__)
 

@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 
 from kyc.face.match import MATCH_KEY, FaceThresholds
+from kyc_client.liveness import bytes_input
 from kyc_tools.eval import MEASURED, metrics
 from kyc_tools.eval.calls import array_input, each, error_text
 from kyc_tools.eval.data import FaceImage, read_faces
 from kyc_tools.eval.server import EvalServer, pick_versions
-from kyc_tools.liveness_client import bytes_input
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 (ISO/IEC 30107-3), per version of ``liveness_sequence``.
 
 Each labelled sequence is played to ``liveness_sequence`` as a camera would send it
-(START, its frames at its own frame rate, END; :func:`kyc_tools.liveness_client.run_session`),
+(START, its frames at its own frame rate, END; :func:`kyc_client.liveness.run_session`),
 and the verdict's ``is_live`` is its outcome. A recording cannot follow a challenge
 drawn at random, so each sequence's START names the challenge it was recorded for, to
 a model loaded with ``challenge`` "from_request" (set only in this private server; a
@@ -44,7 +44,7 @@ NO_PAD = ("no passive anti-spoofing model is installed (antispoof_model is empty
 
 def play(url: str, sample: LivenessSample) -> dict[str, Any]:
     """One session of ``sample``: its verdict, reasons, or its error."""
-    from kyc_tools.liveness_client import run_session
+    from kyc_client.liveness import run_session
 
     frames = [p.read_bytes() for p in sample.frames]
     replies = run_session(url, lambda challenge: frames, fps=sample.fps,

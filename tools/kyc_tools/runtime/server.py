@@ -50,7 +50,7 @@ _LEDGER_RE = re.compile(r"^kyc_(\d+)_ledger$")
 # tritonserver 2.51 takes the key only on its command line ("<apis>:admin-key=<key>"):
 # any local user can read it in /proc/<pid>/cmdline; there is no file or variable form.
 RESTRICTED_APIS = ("model-repository", "shared-memory", "trace", "logging")
-# Locked by the client key (kyc_tools.channel) unless the operator opens it by name
+# Locked by the client key (kyc_client.channel) unless the operator opens it by name
 # (open_inference, `kyc serve --open-inference`): inference, every model's (Triton cannot
 # lock one model and not another). Internal calls (ensemble steps, BLS) do not pass the
 # frontend and need none. A call without the key gets UNAVAILABLE "This protocol is
@@ -84,7 +84,7 @@ class ServerError(RuntimeError):
 
 def default_token_key_file() -> Path:
     """``$XDG_CONFIG_HOME/kyc/token.key`` (``~/.config/kyc/token.key``)."""
-    from kyc_tools.channel import key_folder
+    from kyc_client.channel import key_folder
 
     return key_folder() / "token.key"
 
@@ -106,9 +106,9 @@ def development_client_key(path: Path | None = None) -> str:
     """The client key of a server started without one: random (hex, within the characters
     :func:`client_key_problems` allows), made on first start into a file only its owner
     reads, beside the admin key, where this machine's clients find it
-    (:func:`kyc_tools.channel.client_key`)."""
+    (:func:`kyc_client.channel.client_key`)."""
     from kyc.keys import create_key_file
-    from kyc_tools.channel import default_client_key_file
+    from kyc_client.channel import default_client_key_file
 
     path = create_key_file(path or default_client_key_file(), secrets.token_hex(24))
     return path.read_text(encoding="ascii").strip()
@@ -117,7 +117,7 @@ def development_client_key(path: Path | None = None) -> str:
 def client_key_problems(client_key: str | None) -> list[str]:
     """Why a client key cannot be used: too short, or characters Triton's restricted-API
     option or an HTTP header would cut or change."""
-    from kyc_tools.channel import CLIENT_KEY_ENV
+    from kyc_client.channel import CLIENT_KEY_ENV
 
     if client_key is None:
         return []
@@ -132,7 +132,7 @@ def client_key_problems(client_key: str | None) -> list[str]:
 
 def no_client_key_problem() -> str:
     """What a production server without a client key says (``kyc serve``, the runtime)."""
-    from kyc_tools.channel import CLIENT_KEY_ENV
+    from kyc_client.channel import CLIENT_KEY_ENV
 
     return (f"no client key: set {CLIENT_KEY_ENV} (at least {MIN_ADMIN_KEY_CHARS} of letters, "
             f"digits, ._~+/-; e.g. openssl rand -hex 24), the key every inference call must "
@@ -143,7 +143,7 @@ def production_problems(admin_key: str | None, env: Mapping[str, str],
                         open_inference: bool = False) -> list[str]:
     """Why a production server must not start: one line per missing or weak key."""
     from kyc.keys import ENV_KEY, ENV_KEY_FILE
-    from kyc_tools.channel import CLIENT_KEY_ENV
+    from kyc_client.channel import CLIENT_KEY_ENV
 
     problems = []
     if not admin_key:
@@ -172,7 +172,7 @@ def inference_lock(options: ServerOptions, env: Mapping[str, str] = os.environ) 
     """The options' client key; none when the operator opened inference by name
     (``open_inference``); else ``KYC_CLIENT_KEY``; else (not in production) the
     development key file, made on first start, that this machine's clients read."""
-    from kyc_tools.channel import CLIENT_KEY_ENV, default_client_key_file
+    from kyc_client.channel import CLIENT_KEY_ENV, default_client_key_file
 
     if options.open_inference:
         return InferenceLock(None, f"open to every caller ({OPEN_INFERENCE_FLAG})")
@@ -227,7 +227,7 @@ class ServerOptions:
     # those its measure runs through).
     load_models: tuple[str, ...] = ("*",)
     admin_key: str | None = None
-    # Inference (every model) answers only calls carrying this key (kyc_tools.channel);
+    # Inference (every model) answers only calls carrying this key (kyc_client.channel);
     # None: KYC_CLIENT_KEY, else the development key file (inference_lock).
     client_key: str | None = None
     # No client key: inference open to whoever reaches the ports, by the caller's choice
@@ -507,7 +507,7 @@ class TritonServer:
         return inference_lock(self.options)
 
     def _client_key_args(self) -> list[str]:
-        from kyc_tools.channel import CLIENT_KEY_NAME
+        from kyc_client.channel import CLIENT_KEY_NAME
 
         key = self.inference_lock.key
         if key is None:

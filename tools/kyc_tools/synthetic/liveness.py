@@ -244,7 +244,7 @@ def challenge_poses(moves: Sequence[str]) -> list[tuple[float, float]]:
 class Performer:
     """Frames of a person making each move asked of them, rendered from one photo:
     ``performer(move)`` for a move, ``performer(None)`` for frames facing the camera
-    (what :func:`kyc_tools.liveness_client.perform_session` asks for as moves are told)."""
+    (what :func:`kyc_client.liveness.perform_session` asks for as moves are told)."""
 
     def __init__(self, head: HeadModel) -> None:
         self.head = head

@@ -259,7 +259,7 @@ def create_app(settings: WebSettings, kyc_client: Callable[[], Any] | None = Non
     from starlette.routing import Mount, Route, WebSocketRoute
     from starlette.staticfiles import StaticFiles
 
-    from kyc_tools.client import AsyncKycClient
+    from kyc_client.sdk import AsyncKycClient
 
     clients: dict[str, AsyncKycClient] = {}
 
@@ -363,7 +363,7 @@ async def verify_upload(upload: Upload, kyc: Callable[[], Any], started: float) 
     error code and an HTTP status."""
     from starlette.responses import JSONResponse
 
-    from kyc_tools.client import KycError, KycInputError, KycTimeoutError, KycUnavailableError
+    from kyc_client.sdk import KycError, KycInputError, KycTimeoutError, KycUnavailableError
 
     rid = uuid.uuid4().hex[:12]
     try:
@@ -422,7 +422,7 @@ class LivenessRelay:
             pass
 
     async def run(self) -> None:
-        from kyc_tools.client import KycError, KycUnavailableError
+        from kyc_client.sdk import KycError, KycUnavailableError
 
         started = time.perf_counter()
         try:
