@@ -1,15 +1,16 @@
 """``kyc_decision``: the last step of ``kyc_ensemble``.
 
-Per ``execute``: every request's chain of custody (:mod:`kyc.decision.custody`: a
-request that did not come through ``kyc_ensemble`` is refused before anything of it
-is read); ONE BLS call to ``face_embedding`` with the attested faces of the whole
-batch; then for every request the face match (cosine of the two embeddings),
-the liveness token (opened with the shared key: genuine, unexpired, live, and the
-selfie is the face it holds), the document (MRZ checks, expiry, age, visual zone
-against MRZ); then ONE BLS call to ``antifraud`` with the feature vectors of the
-whole batch; then the policy. A request whose inputs do not fit answers alone; a
-failing antifraud model answers the batch with INTERNAL. Logs carry counts and
-timings, never names, numbers, embeddings or tokens.
+Per ``execute``, gather -> run -> scatter (:func:`kyc.pipeline.step.batched`): gather
+the requests whose chain of custody holds (:mod:`kyc.decision.custody`: a request that
+did not come through ``kyc_ensemble`` is refused before anything of it is read); run
+ONE BLS call to ``face_embedding`` with the attested faces of the whole batch, then
+for every request the face match (cosine of the two embeddings), the liveness token
+(opened with the shared key: genuine, unexpired, live, and the selfie is the face it
+holds), the document (MRZ checks, expiry, age, visual zone against MRZ), then ONE BLS
+call to ``antifraud`` with the feature vectors of the whole batch; scatter the policy's
+answer to each request. A request whose inputs do not fit answers alone; a failing
+antifraud model answers the batch with INTERNAL. Logs carry counts and timings, never
+names, numbers, embeddings or tokens.
 
 :class:`DecisionStep` is free of Triton: served through :mod:`kyc.pipeline.triton`
 (antifraud through one BLS call), run in process by :mod:`kyc.pipeline.local`.
@@ -51,7 +52,9 @@ from kyc.pipeline.step import (
     RequestError,
     StepContext,
     UnavailableError,
+    batched,
     require,
+    run_valid,
 )
 from kyc.verdict import VerdictSigner, application_ref, finite
 
@@ -116,6 +119,14 @@ def _text(array: np.ndarray, row: int) -> str:
 
 
 @dataclass(frozen=True)
+class Checked:
+    """A request whose chain of custody holds, with kyc_intake's seal of it, checked."""
+
+    request: Request
+    seal: SealClaims
+
+
+@dataclass(frozen=True)
 class Prepared:
     """One request's findings, ready for the antifraud score and the policy."""
 
@@ -127,6 +138,15 @@ class Prepared:
     token_id: str | None  # the liveness token spent here (None: none was)
     quality: dict[str, Any]  # of both faces
     seal: SealClaims  # kyc_intake's, checked
+    today: date  # the day of the batch: of the features' and the policy's age and expiry
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A prepared request with antifraud's score of it: all that its answer needs."""
+
+    prepared: Prepared
+    fraud: float
 
 
 class DecisionStep:
@@ -200,38 +220,39 @@ class DecisionStep:
                                      self.clock())
 
     def run(self, requests: Sequence[Request]) -> list[Answer]:
-        """One answer per request, in order."""
-        checked = [self._custody(r) for r in requests]
-        # a forged or replayed seal gives no ticket back
-        self.give_back([r for r, c in zip(requests, checked, strict=True)
-                        if not isinstance(c, Exception)])
-        embeddings = iter(self._embeddings([r.inputs for r, c in zip(requests, checked,
-                                                                      strict=True)
-                                            if not isinstance(c, Exception)]))
-        today = self.today()
-        prepared = [c if isinstance(c, Exception) else self._prepared(r, c, next(embeddings),
-                                                                      today)
-                    for r, c in zip(requests, checked, strict=True)]
-        rows = [p for p in prepared if isinstance(p, Prepared)]
-        scores = iter(self._fraud_scores([p.features for p in rows], self.score).tolist())
-        self._models = self._serving_versions()
-        return [p if isinstance(p, Exception) else self._answer(p, next(scores), today)
-                for p in prepared]
+        """One answer per request, in order: gather the requests whose chain of custody
+        holds, run the batch once (:meth:`_decide`), scatter an answer to each."""
+        return batched(requests, self._checked, self._decide, self._answer)
 
-    def _custody(self, request: Request) -> SealClaims | Exception:
-        """The request's seal, checked with its whole chain of custody, or its error."""
+    def _checked(self, request: Request) -> list[Checked]:
+        """The request with its seal, checked with its whole chain of custody; a
+        RequestError saying why not, which answers the request at gathering."""
         try:
-            return check_custody(self.custody, request.inputs, self.clock(),
+            seal = check_custody(self.custody, request.inputs, self.clock(),
                                  self.settings.seal_max_age_s, _application(request))
         except RequestError as exc:
-            return RequestError(f"kyc_decision: {exc}")
+            raise RequestError(f"kyc_decision: {exc}") from None
+        return [Checked(request, seal)]
 
-    def _prepared(self, request: Request, seal: SealClaims,
-                  embeddings: tuple[np.ndarray, np.ndarray], today: date) -> Prepared | Exception:
+    def _decide(self, checked: list[Checked]) -> list[Scored | Exception]:
+        """The batch's tickets given back (a forged or replayed seal gives none), ONE
+        embedding call, each request's findings (or the error that answers it alone),
+        ONE antifraud call over those found, and the versions serving the verdicts."""
+        self.give_back([c.request for c in checked])
+        embeddings = self._embeddings([c.request.inputs for c in checked])
+        today = self.today()
+        prepared = [self._prepared(c, e, today) for c, e in zip(checked, embeddings, strict=True)]
+        scored = run_valid(prepared, self._scored)
+        self._models = self._serving_versions()
+        return scored
+
+    def _prepared(self, checked: Checked, embeddings: tuple[np.ndarray, np.ndarray],
+                  today: date) -> Prepared | Exception:
         """What the request's findings are, or the exception it is answered with."""
         try:
-            application = _application(request)
-            return self._prepare(request.inputs, embeddings, today, application, seal)
+            application = _application(checked.request)
+            return self._prepare(checked.request.inputs, embeddings, today, application,
+                                 checked.seal)
         except LedgerUnavailableError as exc:
             return UnavailableError(f"kyc_decision: {exc}: retry")
         except RequestError as exc:  # the client's: its message is for the client
@@ -239,11 +260,11 @@ class DecisionStep:
         except Exception as exc:  # a bug or an upstream step's bad tensor: this request
             return exc  # only, reported by its type, never its text
 
-    def _answer(self, item: Prepared, fraud: float, today: date) -> Answer:
-        try:
-            return self._outputs(item, fraud, today)
-        except Exception as exc:  # this request only (reported by its type)
-            return exc
+    def _answer(self, mine: list[Scored | Exception]) -> Answer:
+        """The request's answer from its one item (scatter answers with what this
+        raises, for this request only: reported by its type)."""
+        item, = mine
+        return item if isinstance(item, Exception) else self._outputs(item.prepared, item.fraud)
 
     def _embeddings(self, inputs: list[Mapping[str, np.ndarray]]
                     ) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -268,11 +289,15 @@ class DecisionStep:
                     break
         return versions
 
-    @staticmethod
-    def _fraud_scores(features: list[np.ndarray], score: FraudScorer) -> np.ndarray:
-        if not features:
-            return np.zeros(0, np.float32)
-        return np.asarray(score(np.stack(features)), np.float32).reshape(-1)
+    def _scored(self, rows: list[Prepared]) -> list[Scored]:
+        """ONE antifraud call with the feature vectors of ``rows`` (none without rows).
+        Paired without a strict check: fewer scores than rows fail the batch (in
+        :func:`run_valid`), scores past the rows are not read."""
+        if not rows:
+            return []
+        scores = np.asarray(self.score(np.stack([p.features for p in rows])),
+                            np.float32).reshape(-1)
+        return [Scored(p, fraud) for p, fraud in zip(rows, scores.tolist(), strict=False)]
 
     def _prepare(self, arrays: Mapping[str, np.ndarray],
                  embeddings: tuple[np.ndarray, np.ndarray], today: date,
@@ -304,7 +329,7 @@ class DecisionStep:
             document=document, mrz_confidence=float(np.mean(mrz_conf)) if mrz_conf else 0.0,
             selfie_quality=quality["selfie"], document_face_quality=quality["document_face"])
         return Prepared(observation, liveness, visual, vector(observation, today), application,
-                        token_id, quality, seal)
+                        token_id, quality, seal, today)
 
     def _liveness(self, token: bytes, selfie: np.ndarray, selfie_found: bool,
                   application: str | None, holder: str) -> tuple[LivenessEvidence, str | None]:
@@ -343,11 +368,11 @@ class DecisionStep:
                                 passive_pad=claims.passive_pad, score=claims.score,
                                 selfie_similarity=similarity)
 
-    def _outputs(self, item: Prepared, fraud: float, today: date) -> dict[str, np.ndarray]:
+    def _outputs(self, item: Prepared, fraud: float) -> dict[str, np.ndarray]:
         obs, liveness = item.observation, item.liveness
         findings = Findings(obs.face_match_score, obs.document_face_found, obs.selfie_face_found,
                             obs.selfie_faces, liveness, obs.document, item.visual, fraud)
-        decision, reasons, figures = decide(findings, self.settings, self.faces, today)
+        decision, reasons, figures = decide(findings, self.settings, self.faces, item.today)
         report = self._report(item, fraud, decision, reasons, figures)
         return {
             "DECISION": np.array([[decision.encode()]], dtype=np.object_),

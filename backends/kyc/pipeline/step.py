@@ -32,6 +32,7 @@ from kyc.settings import from_parameters
 Arrays = dict[str, np.ndarray]
 Answer = Arrays | Exception
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 class RequestError(ValueError):
@@ -201,6 +202,16 @@ def batched(requests: Sequence[Request], items: Callable[[Request], list],
     spans, flat = gather(requests, items)
     results = run(flat)
     return scatter(spans, lambda span: answer([results[i] for i in span]))
+
+
+def run_valid(items: Sequence[T | Exception], run: Callable[[list[T]], Sequence[R]]
+              ) -> list[R | Exception]:
+    """ONE ``run`` over the items that are not errors (one result per item), each result
+    put back in its item's place and each error kept in its own: a step's second model
+    call, over what its first left standing. A ``run`` that gives fewer results than
+    items fails the batch (StopIteration); results past the items are not read."""
+    results = iter(run([item for item in items if not isinstance(item, Exception)]))
+    return [item if isinstance(item, Exception) else next(results) for item in items]
 
 
 def text_tensor(values: Sequence[bytes | str]) -> np.ndarray:
