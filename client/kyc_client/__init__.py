@@ -10,42 +10,29 @@ The modules: :mod:`kyc_client.sdk` (the clients and their errors),
 keys), :mod:`kyc_client.verdict` (the verdict's format and its check).
 """
 
-from kyc_client.channel import Channel, client_key_headers
-from kyc_client.liveness import LivenessCapture, LivenessReply
-from kyc_client.sdk import (
-    NO_RETRY,
-    AsyncKycClient,
-    KycAuthError,
-    KycClient,
-    KycError,
-    KycInputError,
-    KycServerError,
-    KycTimeoutError,
-    KycUnavailableError,
-    LivenessSession,
-    RetryPolicy,
-    Verification,
-)
-from kyc_client.verdict import VerdictError, load_public_key, verify_verdict
+import importlib
+from typing import Any
 
-__all__ = [
-    "NO_RETRY",
-    "AsyncKycClient",
-    "Channel",
-    "KycAuthError",
-    "KycClient",
-    "KycError",
-    "KycInputError",
-    "KycServerError",
-    "KycTimeoutError",
-    "KycUnavailableError",
-    "LivenessCapture",
-    "LivenessReply",
-    "LivenessSession",
-    "RetryPolicy",
-    "VerdictError",
-    "Verification",
-    "client_key_headers",
-    "load_public_key",
-    "verify_verdict",
-]
+# Each public name and the module that declares it, imported when first asked for: the
+# server imports kyc_client.verdict alone (the verdict's format), and must not load the
+# gRPC client with it.
+_HOMES = {
+    "Channel": "channel", "client_key_headers": "channel",
+    "LivenessCapture": "liveness", "LivenessReply": "liveness",
+    "NO_RETRY": "sdk", "AsyncKycClient": "sdk", "KycAuthError": "sdk", "KycClient": "sdk",
+    "KycError": "sdk", "KycInputError": "sdk", "KycServerError": "sdk",
+    "KycTimeoutError": "sdk", "KycUnavailableError": "sdk", "LivenessSession": "sdk",
+    "RetryPolicy": "sdk", "Verification": "sdk",
+    "VerdictError": "verdict", "load_public_key": "verdict", "verify_verdict": "verdict",
+}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'kyc_client' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"kyc_client.{_HOMES[name]}"), name)
+
+
+def __dir__() -> list[str]:
+    return [*globals(), *__all__]

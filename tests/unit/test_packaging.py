@@ -40,3 +40,12 @@ def test_the_server_distribution_requires_the_client_at_its_version():
     server = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     client = tomllib.loads((ROOT / "client" / "pyproject.toml").read_text())["project"]
     assert f"{client['name']}=={client['version']}" in server["dependencies"]
+
+
+@pytest.mark.parametrize(("written_before", "now"), [
+    ("kyc_tools.client", "kyc_client.sdk"), ("kyc_tools.liveness_client", "kyc_client.liveness"),
+    ("kyc_tools.channel", "kyc_client.channel")])
+def test_the_client_modules_keep_the_names_code_was_written_with(written_before, now):
+    import importlib
+
+    assert importlib.import_module(written_before) is importlib.import_module(now)

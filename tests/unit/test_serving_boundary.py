@@ -1,14 +1,16 @@
 """The serving package (backends/kyc) imports nothing of the tooling, read from its source.
 
-What the Triton models run is ``kyc``; the ``kyc`` command, the client SDK, the bench,
-evaluation, repository tools and the capture page are ``kyc_tools`` (tools/), and
-model export is ``kyc_export`` (export/). Checked statically here, every import in every
+What the Triton models run is ``kyc``; the ``kyc`` command, the bench, evaluation,
+repository tools and the capture page are ``kyc_tools`` (tools/), the client SDK is
+``kyc_client`` (client/, of which the server reads only the verdict's format), and model
+export is ``kyc_export`` (export/). Checked statically here, every import in every
 module, lazy ones included; test_pipeline.py checks what a stub loads at run time.
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 from pathlib import Path
 
@@ -22,6 +24,9 @@ THIRD_PARTY = frozenset({
     "PIL", "cryptography", "cv2", "google", "iso3166", "numpy", "onnx", "onnxruntime",
     "openvino", "pyclipper", "triton_python_backend_utils",
 })
+# Of the client's distribution, the verdict's format alone: the server signs by it.
+CLIENT_CONTRACT = ROOT / "client" / "kyc_client" / "verdict.py"
+CLIENT_CONTRACT_MODULE = "kyc_client.verdict"
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -41,7 +46,8 @@ def outside_imports() -> dict[str, list[str]]:
     for path in sorted(SERVING.rglob("*.py")):
         bad = sorted(name for name in imported_modules(path)
                      if (top := name.split(".")[0]) not in sys.stdlib_module_names
-                     and top != "kyc" and top not in THIRD_PARTY)
+                     and top != "kyc" and top not in THIRD_PARTY
+                     and name != CLIENT_CONTRACT_MODULE)
         if bad:
             found[str(path.relative_to(ROOT))] = bad
     return found
@@ -49,6 +55,19 @@ def outside_imports() -> dict[str, list[str]]:
 
 def test_the_serving_package_imports_no_tooling_and_no_client_libraries():
     assert outside_imports() == {}
+
+
+def test_the_client_contract_the_server_imports_needs_no_client_library():
+    """kyc_client.verdict loads neither the gRPC client nor anything of kyc_client but
+    itself (kyc_client's __init__ imports its modules only when asked)."""
+    assert {name.split(".")[0] for name in imported_modules(CLIENT_CONTRACT)} <= {
+        *sys.stdlib_module_names, "cryptography", "__future__"}
+    code = ("import sys, kyc_client.verdict; "
+            "print(sorted(m for m in sys.modules if m.startswith(('kyc_client', 'tritonclient', "
+            "'grpc', 'numpy'))))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, timeout=60)
+    assert done.stdout.strip() == "['kyc_client', 'kyc_client.verdict']", done.stdout
 
 
 def test_the_check_sees_a_lazy_tooling_import_inside_a_function(tmp_path):
