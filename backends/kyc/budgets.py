@@ -67,7 +67,7 @@ ADMISSION_BUDGET_MS: Mapping[str, float] = {
 class StepMap:
     """Each model's budget step, and the models under the sequence batcher (which has
     no queue policy in Triton 2.51). Never typed by hand: derived from a repository's
-    configs and its steps' declarations by ``kyc_tools.repo.graph.step_map`` (a Python
+    configs and its steps' declarations by ``kyc_tools.repo.graph.derive.step_map`` (a Python
     model's step declares its budget; a model it runs counts to the caller's)."""
 
     step_of: Mapping[str, str]  # model -> its step in BUDGETS_MS

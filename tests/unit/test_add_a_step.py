@@ -14,14 +14,10 @@ from kyc.pipeline.step import Request, StepContext
 from kyc.pipeline.triton import resolve
 from kyc_testing import SHIPPED_REPOSITORY, write_model
 from kyc_tools.repo.config import load_config
-from kyc_tools.repo.graph import (
-    build_graph,
-    contract_mismatches,
-    entry_models,
-    runs_through,
-    step_map,
-    to_mermaid,
-)
+from kyc_tools.repo.graph.build import build_graph
+from kyc_tools.repo.graph.contracts import contract_mismatches
+from kyc_tools.repo.graph.derive import entry_models, runs_through, step_map
+from kyc_tools.repo.graph.draw import to_mermaid
 
 # 1. the step: its settings and its CONTRACT, in an importable module (the serving
 #    package in real life; a module of the test's own here)

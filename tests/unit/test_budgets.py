@@ -7,7 +7,8 @@ import pytest
 from kyc.budgets import BUDGETS_MS, QUEUE_SHARE, SLA_MS, queue_against_budget
 from kyc_testing import SHIPPED_REPOSITORY
 from kyc_tools.repo.config import load_config, parse_config
-from kyc_tools.repo.graph import build_graph, step_map
+from kyc_tools.repo.graph.build import build_graph
+from kyc_tools.repo.graph.derive import step_map
 from kyc_tools.repo.queues import (
     MAX_QUEUE_SIZE,
     QueuePolicy,

@@ -18,7 +18,8 @@ from kyc_tools.cli import main
 from kyc_tools.ops import dashboard, prometheus
 from kyc_tools.ops.models import served_models
 from kyc_tools.ops.render import ADAPTER, DASHBOARD, RULES, render
-from kyc_tools.repo.graph import build_graph, step_map
+from kyc_tools.repo.graph.build import build_graph
+from kyc_tools.repo.graph.derive import step_map
 
 DEPLOY = PROJECT_ROOT / "deploy"
 PROM = DEPLOY / "prometheus"

@@ -9,26 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from kyc.pipeline.contract import BLS, SETTINGS
+from kyc.pipeline.triton import served_step
 from kyc_testing import PROJECT_ROOT, SHIPPED_REPOSITORY, require_weights, write_model
 from kyc_tools.repo.config import load_config, model_kind, model_parameters
-from kyc_tools.repo.graph import (
-    BLS,
-    CLIENT_ID,
-    ENSEMBLE,
-    SEQUENCE,
-    SETTINGS,
-    Graph,
-    add_graph_parser,
-    build_graph,
-    declared_uses,
-    glue_target,
-    main,
-    model_id,
-    outputs_id,
-    step_id,
-    to_dot,
-    to_mermaid,
-)
+from kyc_tools.repo.graph.build import build_graph
+from kyc_tools.repo.graph.cli import add_graph_parser, main
+from kyc_tools.repo.graph.draw import CLIENT_ID, model_id, outputs_id, step_id, to_dot, to_mermaid
+from kyc_tools.repo.graph.elements import ENSEMBLE, SEQUENCE, Graph
+from kyc_tools.repo.graph.steps import declared_uses, glue_target
 
 CONFIGS = {p.parent.name: load_config(p)
            for p in sorted(SHIPPED_REPOSITORY.glob("*/config.pbtxt"))}
@@ -227,6 +216,26 @@ def test_every_model_parameter_of_a_python_model_is_declared_by_its_step():
         assert target is not None, f"{name}: no triton_model(...) in its glue file"
         uses = declared_uses(target)
         assert keys <= set(uses), f"{name}: {keys - set(uses)} undeclared by {target}"
+
+
+def test_a_python_models_step_is_what_its_glue_file_hands_triton_model_found_by_import(
+        tmp_path):
+    """One rule for the graph and the local runtime (kyc.pipeline.triton.served_step); a
+    factory that no "module:Class" names, or a glue file that fails to import, names no
+    step to draw."""
+    for name in PYTHON_MODELS:
+        target = served_step(SHIPPED_REPOSITORY / name / "1", CONFIGS[name])
+        assert glue_target(SHIPPED_REPOSITORY / name, CONFIGS[name]) == target
+        assert isinstance(target, str) and target.startswith("kyc."), name
+    config = 'name: "{}"\nbackend: "python"\nmax_batch_size: 2\n'
+    write_model(tmp_path, "factory", config.format("factory"),
+                "from kyc.pipeline.triton import triton_model\n\n"
+                "TritonPythonModel = triton_model(lambda context: None)\n")
+    write_model(tmp_path, "broken", config.format("broken"), "import no_such_module\n")
+    for name in ("factory", "broken"):
+        assert glue_target(tmp_path / name, load_config(tmp_path / name / "config.pbtxt")) is None
+    assert callable(served_step(tmp_path / "factory" / "1",
+                                load_config(tmp_path / "factory" / "config.pbtxt")))
 
 
 def test_the_calls_drawn_are_those_the_steps_make_when_built(graph):

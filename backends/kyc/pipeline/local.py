@@ -4,18 +4,18 @@ their configs.
 
 :class:`LocalRepository` is what the bench measures as its in-process limit and what
 tests use to run a pipeline without a server. Nothing is retyped here: a Python
-model's step is the one its ``model.py`` names (the file is imported as the stub
-would import it), an ONNX model is :class:`kyc.onnx_runtime.backend.OnnxStep` over its
-latest version, and an ensemble runs its ``ensemble_scheduling`` steps in data
-order with their ``input_map``/``output_map``. A step's "BLS call" is a direct call
-of the callee here. Requests go to a model in groups of at most its
-``max_batch_size`` rows, as the dynamic batcher would form them; a request that a
-step answers with an error leaves the ensemble with that error, as served.
+model's step is the one its ``model.py`` names (:func:`kyc.pipeline.triton.served_step`,
+the one rule, which the model graph follows too), an ONNX model is
+:class:`kyc.onnx_runtime.backend.OnnxStep` over its latest version, and an ensemble
+runs its ``ensemble_scheduling`` steps in data order with their
+``input_map``/``output_map``. A step's "BLS call" is a direct call of the callee here.
+Requests go to a model in groups of at most its ``max_batch_size`` rows, as the dynamic
+batcher would form them; a request that a step answers with an error leaves the
+ensemble with that error, as served.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -23,18 +23,7 @@ import numpy as np
 
 from kyc.pipeline.modelconfig import Repository, config_dict
 from kyc.pipeline.step import Answer, Arrays, CallError, Request, Step, StepContext
-from kyc.pipeline.triton import public_message, resolve
-
-
-def _python_step_factory(model_file: Path):
-    """The step factory a ``model.py`` names (``triton_model("module:Step")``)."""
-    spec = importlib.util.spec_from_file_location(f"_kyc_local_{model_file.parent.parent.name}",
-                                                  model_file)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {model_file}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return resolve(module.TritonPythonModel.step_factory)
+from kyc.pipeline.triton import public_message, resolve, served_step
 
 
 def _rows(request: Request) -> int:
@@ -129,8 +118,7 @@ class LocalRepository:
             return LocalEnsemble(config, self)
         context = self.context(model)
         if config.backend == "python":
-            model_file = config.default_model_filename or "model.py"
-            return _python_step_factory(context.own_dir / context.version / model_file)(context)
+            return resolve(served_step(context.own_dir / context.version, config))(context)
         if config.platform == "onnxruntime_onnx" or config.backend == "onnxruntime":
             return OnnxStep.from_context(context)
         raise ValueError(f"{model}: no local runtime for {config.platform or config.backend}")

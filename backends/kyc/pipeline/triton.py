@@ -13,12 +13,14 @@ of ``execute``. One privacy rule for every model: a request's error says what
 unexpected exception, its type and where it was raised, never its text.
 
 ``triton_python_backend_utils`` exists only inside a stub: it is imported when first
-needed, so unit tests can put a fake in its place.
+needed, so unit tests can put a fake in its place, and tooling can import a glue file
+(:func:`served_step`) without Triton.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import logging
 import time
@@ -208,3 +210,19 @@ def triton_model(target: str | StepFactory) -> type:
     (``"package.module:StepClass"``, imported when Triton initializes the model)."""
     factory = target if isinstance(target, str) else staticmethod(target)
     return type("TritonPythonModel", (StepModel,), {"step_factory": factory})
+
+
+def served_step(version_dir: Path, config) -> str | StepFactory:
+    """The step a Python model's version serves: the target its glue file (``model.py``,
+    or the config's ``default_model_filename``) hands to :func:`triton_model`, found by
+    importing that file, never by reading its text: a ``"package.module:StepClass"``, or
+    the factory itself. ``config``: the model's ``ModelConfig``. Raises what the import
+    raises (a missing file, an error in it), and ``AttributeError`` when the file defines
+    no ``triton_model`` class."""
+    path = version_dir / (config.default_model_filename or "model.py")
+    spec = importlib.util.spec_from_file_location(f"_kyc_glue_{version_dir.parent.name}", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.TritonPythonModel.step_factory

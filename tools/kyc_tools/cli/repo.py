@@ -35,14 +35,15 @@ def add_repo_parser(sub: argparse._SubParsersAction) -> None:
     seed.add_argument("src", type=Path)
     seed.add_argument("dest", type=Path)
     seed.set_defaults(func=cmd_repo_seed)
-    from kyc_tools.repo.graph import add_graph_parser
+    from kyc_tools.repo.graph.cli import add_graph_parser
 
     add_graph_parser(repo)
 
 
 def cmd_repo_check(args: argparse.Namespace) -> int:
     from kyc_tools.repo.check import check_repository
-    from kyc_tools.repo.graph import build_graph, contract_mismatches
+    from kyc_tools.repo.graph.build import build_graph
+    from kyc_tools.repo.graph.contracts import contract_mismatches
 
     problems = [str(p) for p in check_repository(args.directory)]
     if not problems:  # a sound repository: each Python model against its step's CONTRACT

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from kyc_tools.repo.config import load_config, model_parameters
-from kyc_tools.repo.graph import build_graph, runs_through
+from kyc_tools.repo.graph.build import build_graph
+from kyc_tools.repo.graph.derive import runs_through
 from kyc_tools.runtime.server import (
     ServerError,
     ServerOptions,

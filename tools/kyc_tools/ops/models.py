@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kyc_tools.repo.config import load_config
-from kyc_tools.repo.graph import build_graph, step_map
+from kyc_tools.repo.graph.build import build_graph
+from kyc_tools.repo.graph.derive import step_map
 
 CONFIG = "config.pbtxt"
 

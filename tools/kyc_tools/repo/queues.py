@@ -39,7 +39,7 @@ MAX_QUEUE_SIZE = 64  # hard bound besides the timeout: 8 full batches
 
 def with_queue_policy(config_text: str, model: str, steps: StepMap) -> str:
     """``config_text`` with the rule's queue policy in its ``dynamic_batching`` block
-    (``steps``: the repository's derived budget steps, kyc_tools.repo.graph.step_map;
+    (``steps``: the repository's derived budget steps, kyc_tools.repo.graph.derive.step_map;
     ``ValueError`` if it has none or already has a policy). Edited through the
     ``ModelConfig`` schema, comments kept (:mod:`kyc_tools.repo.config_edit`)."""
     def change(config) -> None:
