@@ -22,7 +22,8 @@ from kyc_tools.cli import build_parser
 from kyc_tools.ops import prometheus
 from kyc_tools.ops.models import served_models
 from kyc_tools.repo.config import model_parameters
-from kyc_tools.repo.graph import build_graph, step_map
+from kyc_tools.repo.graph.build import build_graph
+from kyc_tools.repo.graph.derive import step_map
 
 OVERLAYS = ("kubernetes/overlays/gpu", "kubernetes/overlays/cpu")
 WEB = "kubernetes/overlays/cpu-web"  # the cpu overlay with components/web (the capture page)

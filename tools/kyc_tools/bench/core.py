@@ -68,7 +68,8 @@ from kyc_tools.bench.options import (
     PeerUnavailableError,
 )
 from kyc_tools.bench.stats import model_stats, process_cpu_seconds, server_times, stats_reader
-from kyc_tools.repo.graph import build_graph, entry_models, step_map
+from kyc_tools.repo.graph.build import build_graph
+from kyc_tools.repo.graph.derive import entry_models, step_map
 from kyc_tools.runtime.procs import children, stub_instance
 from kyc_tools.runtime.server import (
     ServerError,
