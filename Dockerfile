@@ -4,7 +4,7 @@
 #       -e KYC_TOKEN_KEY=... -e KYC_CLIENT_KEY=... kyc-triton
 # The Python backend moves tensors through /dev/shm: Docker's default 64 MB is
 # too small for batched images, hence --shm-size (each stub's region is created at
-# 64 MiB, kyc_tools.runtime.server: 16 models and a version switch fit in 2 GB).
+# 64 MiB, kyc_tools.operator.server: 16 models and a version switch fit in 2 GB).
 #
 # The build reaches no network: everything it installs was fetched and checked on the
 # host by `make wheelhouse` (build/wheelhouse: the hash-locked wheels, the pinned weight

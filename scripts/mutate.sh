@@ -57,7 +57,7 @@ stop_strays() {
   done
   # a mutant of a state file's or ledger folder's path can put it in /dev/shm under a
   # worker's pid: gone with the worker, as kyc serve sweeps those of dead servers
-  "$venv/bin/python" -c "from kyc_tools.runtime.server import remove_stale_shm_regions as r; r()"
+  "$venv/bin/python" -c "from kyc_tools.operator.server import remove_stale_shm_regions as r; r()"
 }
 trap stop_strays EXIT
 echo "mutmut $("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("mutmut"))')" \

@@ -5,7 +5,7 @@ A y4m file is a one-line header and raw I420 frames: the container is written he
 the file from its first frame when the page opens the camera, in a loop.
 
 The head turns are rendered from one real photo as 3-D head turns on the canonical
-face mesh (kyc_tools.synthetic.liveness), as the liveness tests' sessions are: NOT video of
+face mesh (kyc_tools.dev.synthetic.liveness), as the liveness tests' sessions are: NOT video of
 a live person.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from kyc_tools.synthetic.liveness import HeadModel, move_pose
+from kyc_tools.dev.synthetic.liveness import HeadModel, move_pose
 
 FPS = 10
 SIZE = (480, 640)  # width, height: a phone held upright

@@ -12,7 +12,7 @@ import numpy as np
 from PIL import Image
 
 from kyc_testing import Person, ensemble_inputs, live_session
-from kyc_tools.synthetic.document import (
+from kyc_tools.dev.synthetic.document import (
     Degradation,
     alter_mrz_digit,
     random_identity,

@@ -23,7 +23,7 @@ from onnx import TensorProto, helper
 
 from kyc_tools.client import DEFAULT_RETRY
 from kyc_tools.liveness_client import MOVE_TRIES, LivenessReply, bytes_input, frame_input
-from kyc_tools.runtime.server import (
+from kyc_tools.operator.server import (
     SHM_DIR,
     ServerOptions,
     TritonServer,
@@ -377,7 +377,7 @@ def ensemble_customers(seed: int) -> list[tuple[bytes, bytes]]:
     from PIL import Image
 
     from kyc_tools.assets.fetch import fetch_test_photos
-    from kyc_tools.synthetic.document import Degradation, random_identity, render_document
+    from kyc_tools.dev.synthetic.document import Degradation, random_identity, render_document
 
     photos = fetch_test_photos()
     rng = np.random.default_rng(seed)
@@ -416,7 +416,7 @@ def metric_sum(text: str, name: str, **labels: str) -> float:
 class Person:
     """A real test photo's face (``role`` of the manifest's test photos), making the
     moves a liveness session asks for as 3-D head turns rendered on the canonical face
-    mesh (kyc_tools.synthetic.liveness: frames made by software, not video of a person; the
+    mesh (kyc_tools.dev.synthetic.liveness: frames made by software, not video of a person; the
     relief check passes them, as it passes any render of a face's relief)."""
 
     def __init__(self, grpc_url: str, role: str = "person_a_2") -> None:
@@ -425,7 +425,7 @@ class Person:
 
         from kyc_tools.assets.fetch import fetch_test_photos
         from kyc_tools.client import KycClient
-        from kyc_tools.synthetic.liveness import HeadModel
+        from kyc_tools.dev.synthetic.liveness import HeadModel
 
         self.path = fetch_test_photos()[role]
         self.image = np.asarray(Image.open(self.path).convert("RGB"))
@@ -436,14 +436,14 @@ class Person:
         self.head = HeadModel(self.image, self.landmarks)
 
     def performer(self):
-        """A fresh :class:`kyc_tools.synthetic.liveness.Performer` (its own frame count)."""
-        from kyc_tools.synthetic.liveness import Performer
+        """A fresh :class:`kyc_tools.dev.synthetic.liveness.Performer` (its own frame count)."""
+        from kyc_tools.dev.synthetic.liveness import Performer
 
         return Performer(self.head)
 
     def film(self, moves) -> list[bytes]:
         """The frames of ``moves`` one after the other, as a recording of them."""
-        from kyc_tools.synthetic.liveness import turn_sequence
+        from kyc_tools.dev.synthetic.liveness import turn_sequence
 
         return turn_sequence(self.head, moves)
 

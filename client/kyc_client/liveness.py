@@ -9,7 +9,7 @@ stream the responses come back in order.
 A session stays on the model version that answered its START: every later frame
 names that version. When a new ``liveness_sequence`` version is dropped into the
 repository, ``kyc serve`` keeps the old one loaded until its sessions are over
-(``kyc_tools.repo.live``), and new sessions start on the new one.
+(``kyc_tools.operator.live``), and new sessions start on the new one.
 """
 
 from __future__ import annotations

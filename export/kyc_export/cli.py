@@ -237,7 +237,7 @@ def _add_mrz_rec_parser(actions: argparse._SubParsersAction) -> None:
         "mrz-rec",
         help="train the MRZ line recogniser (mrz_rec version 2) or check the shipped one",
         description="mrz_rec version 2 is trained here, on the CPU, from the project's own "
-        "generator of MRZ lines (kyc_tools.synthetic.mrz_lines); the manifest's "
+        "generator of MRZ lines (kyc_tools.dev.synthetic.mrz_lines); the manifest's "
         "trained.mrz_rec pins its recipe (seed, pages, epochs...) and the sha256 of the "
         "file the repository ships. `train` runs the pinned recipe (or the one you change "
         "with the options), exports to ONNX and checks parity with PyTorch; `check` "

@@ -1,5 +1,5 @@
 """``mrz_rec`` version 2: an MRZ line recogniser trained here, from nothing but the
-project's own generator of MRZ lines (:mod:`kyc_tools.synthetic.mrz_lines`: OCR-B
+project's own generator of MRZ lines (:mod:`kyc_tools.dev.synthetic.mrz_lines`: OCR-B
 from Debian's fonts-ocr-b, every character Doc 9303 allows, TD1, TD2 and TD3, phone
 photo degradations, crops cut as the detector's boxes are).
 
@@ -68,7 +68,7 @@ class Recipe:
         return cls(**fields)
 
     def describe(self) -> str:
-        return (f"kyc_tools.synthetic.mrz_lines seed {self.seed}, {self.pages} pages x "
+        return (f"kyc_tools.dev.synthetic.mrz_lines seed {self.seed}, {self.pages} pages x "
                 f"{self.crops_per_line} crops a line; {self.epochs} epochs of batch "
                 f"{self.batch}, AdamW one-cycle lr {self.learning_rate}")
 
@@ -112,7 +112,7 @@ def network():
 
 def samples(recipe: Recipe) -> tuple[list[np.ndarray], list[str]]:
     """The grey crops and their lines the recipe trains on."""
-    from kyc_tools.synthetic.mrz_lines import line_samples
+    from kyc_tools.dev.synthetic.mrz_lines import line_samples
 
     rng = np.random.default_rng(recipe.seed)
     images, texts = [], []
@@ -247,7 +247,7 @@ def parity(net, model: onnx.ModelProto, seed: int = 7) -> float:
     import onnxruntime as ort
     import torch
 
-    from kyc_tools.synthetic.mrz_lines import line_samples
+    from kyc_tools.dev.synthetic.mrz_lines import line_samples
 
     crops = [s.image for s in line_samples(np.random.default_rng(seed), 2, squeeze=SQUEEZE,
                                            max_width=MAX_WIDTH)][:3]

@@ -9,7 +9,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from kyc_testing import SHIPPED_REPOSITORY, copy_tree, require_weights, start_server
-from kyc_tools.runtime.server import TritonServer
+from kyc_tools.operator.server import TritonServer
 
 pytestmark = pytest.mark.integration
 

@@ -143,7 +143,7 @@ def test_beyond_capacity_customers_are_shed_at_once_and_admitted_ones_stay_insid
 
     # a recording of three moves, 21 frames: 3 facing, then each move held 3 frames and
     # 3 facing (the frames' latency is measured, not their verdict)
-    from kyc_tools.synthetic.liveness import encode, frame_variant, move_pose
+    from kyc_tools.dev.synthetic.liveness import encode, frame_variant, move_pose
 
     head = Person(url).head
     poses = [(0.0, 0.0)] * 3

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from kyc_testing import PROJECT_ROOT, require_weights
-from kyc_tools.bench.report import PERF_ANALYZER_COLUMNS
+from kyc_tools.dev.bench.report import PERF_ANALYZER_COLUMNS
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from kyc_client.sdk import KycClient
-from kyc_tools.bench.kyc import KycCase, KycInProcess, kyc_cases
+from kyc_tools.dev.bench.kyc import KycCase, KycInProcess, kyc_cases
 
 pytestmark = pytest.mark.integration
 

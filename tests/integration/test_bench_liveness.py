@@ -2,7 +2,7 @@
 one request per call.
 
 The frames are NOT video of a live person: real test photos' faces rendered as 3-D
-head turns on the canonical face mesh (kyc_tools.synthetic.liveness).
+head turns on the canonical face mesh (kyc_tools.dev.synthetic.liveness).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from kyc.liveness.challenge import MOVES
-from kyc_tools.bench import liveness as bench_liveness
-from kyc_tools.bench.liveness import (
+from kyc_tools.dev.bench import liveness as bench_liveness
+from kyc_tools.dev.bench.liveness import (
     FILLER_FRAMES,
     LEAD_IN_MAX,
     MAX_WAIT_FRAMES,
@@ -31,8 +31,8 @@ from kyc_tools.bench.liveness import (
     lead_in,
     render_segments,
 )
-from kyc_tools.runtime.server import is_ready
-from kyc_tools.synthetic.liveness import HOLD, RAMP, HeadModel, Performer, move_poses
+from kyc_tools.dev.synthetic.liveness import HOLD, RAMP, HeadModel, Performer, move_poses
+from kyc_tools.operator.server import is_ready
 
 pytestmark = pytest.mark.integration
 

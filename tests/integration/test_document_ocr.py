@@ -16,14 +16,14 @@ from PIL import Image
 from kyc_client.liveness import bytes_input
 from kyc_testing import concurrently_as_a_client
 from kyc_tools.assets import fetch
-from kyc_tools.runtime.server import is_ready
-from kyc_tools.synthetic.document import (
+from kyc_tools.dev.synthetic.document import (
     LAYOUTS,
     Degradation,
     alter_mrz_digit,
     random_identity,
     render_document,
 )
+from kyc_tools.operator.server import is_ready
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def samples(tmp_path_factory) -> Path:
     from kyc_export.antifraud import write_cases_csv
-    from kyc_tools.eval.samples import write_samples
+    from kyc_tools.dev.eval.samples import write_samples
 
     require_weights()
     out = tmp_path_factory.mktemp("eval-samples")
@@ -159,14 +159,14 @@ def test_harsh_photos_read_exactly_and_tampered_pages_never_read_valid(
 
 def test_liveness_measures_apcer_per_attack_species_and_bpcer_on_real_video(
         samples, tmp_path, capsys):
-    from kyc_tools.eval.attacks import INJECTION, SPECIES
+    from kyc_tools.dev.eval.attacks import INJECTION, SPECIES
 
     repo = repository(tmp_path)
     result, _ = run_eval(capsys, "liveness", str(samples / "liveness"), "--repository",
                          str(repo), "--json", str(tmp_path / "l.json"),
                          "--report", str(tmp_path / "liveness.md"))
 
-    from kyc_tools.eval.liveness_samples import CLIPS
+    from kyc_tools.dev.eval.liveness_samples import CLIPS
 
     figures = result["versions"]["1"]
     assert figures["errors"] == []

@@ -22,7 +22,7 @@ from kyc.face.align import ARCFACE_TEMPLATE
 from kyc.face.retinaface import detect_batch
 from kyc_testing import concurrently
 from kyc_tools.assets import fetch
-from kyc_tools.runtime.server import is_ready
+from kyc_tools.operator.server import is_ready
 
 pytestmark = pytest.mark.integration
 

@@ -34,8 +34,8 @@ from kyc_testing import (
     start_server,
 )
 from kyc_tools.assets.fetch import fetch_test_photos
+from kyc_tools.operator.server import SHM_DIR, ServerOptions, TritonServer, is_ready
 from kyc_tools.repo.config import load_config
-from kyc_tools.runtime.server import SHM_DIR, ServerOptions, TritonServer, is_ready
 
 pytestmark = pytest.mark.integration
 

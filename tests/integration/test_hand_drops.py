@@ -38,10 +38,10 @@ from kyc_testing import (
     write_echo_version,
 )
 from kyc_tools.assets.fetch import fetch_test_photos
-from kyc_tools.bench.stats import process_memory
+from kyc_tools.dev.bench.stats import process_memory
+from kyc_tools.dev.synthetic.document import Degradation, random_identity, render_document
 from kyc_tools.liveness_client import LivenessReply
-from kyc_tools.runtime.server import TritonServer, is_ready
-from kyc_tools.synthetic.document import Degradation, random_identity, render_document
+from kyc_tools.operator.server import TritonServer, is_ready
 from live_publish import Load, load_inputs, rsync_like_copy, slow_copy, states, wait_refused
 
 pytestmark = pytest.mark.integration

@@ -35,12 +35,12 @@ from kyc_testing import (
     start_server,
 )
 from kyc_tools.assets.fetch import fetch_test_photos
-from kyc_tools.bench.procmem import resident_by_kind
-from kyc_tools.bench.stats import process_memory
+from kyc_tools.dev.bench.procmem import resident_by_kind
+from kyc_tools.dev.bench.stats import process_memory
+from kyc_tools.dev.synthetic.document import Degradation, random_identity, render_document
+from kyc_tools.operator.procs import children, stub_instance
+from kyc_tools.operator.server import is_ready
 from kyc_tools.repo.config import load_config
-from kyc_tools.runtime.procs import children, stub_instance
-from kyc_tools.runtime.server import is_ready
-from kyc_tools.synthetic.document import Degradation, random_identity, render_document
 
 pytestmark = pytest.mark.integration
 
@@ -54,7 +54,7 @@ MEMORY_BOUND_MIB = 600.0
 # highest mark of the two before (measured here: -1.3%, +0.7%, +0.6%, each pass after
 # the first moving by 10 MiB or less but face_preprocess's heap and ocr_det's elastic
 # arena; +3.1% and +3.2% in CI while the regions grew in 1 MiB steps and the gRPC
-# frontend kept 8 request objects, kyc_tools.runtime.server). A fall is no risk.
+# frontend kept 8 request objects, kyc_tools.operator.server). A fall is no risk.
 LEVEL_SHARE = 0.03
 PASSES = 3
 PRINTABLE = set(string.printable)
@@ -259,7 +259,8 @@ def test_every_hostile_request_fails_alone_and_leaves_the_server_as_it_was(serve
               "shed_then_sent_again": [corpus.retried for corpus in passes],
               "memory_mib": {"before": memory[0],
                              **{f"after_pass_{k}": m for k, m in enumerate(memory[1:], 1)}},
-              # where it went, pass by pass: process and kind of mapping (kyc_tools.bench.procmem)
+              # where it went, pass by pass: process and kind of mapping
+              # (kyc_tools.dev.bench.procmem)
               "moved_mib": {f"pass_{k}": moved(snapshots[k - 1], snapshots[k])
                             for k in range(1, len(snapshots))},
               "stub_processes": len(stubs)}

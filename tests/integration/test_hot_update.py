@@ -24,9 +24,9 @@ from kyc_testing import (
     start_server,
 )
 from kyc_tools.assets.fetch import fetch_test_photos
+from kyc_tools.dev.synthetic.document import Degradation, random_identity, render_document
 from kyc_tools.liveness_client import LivenessReply, bytes_input
-from kyc_tools.runtime.procs import stub_files
-from kyc_tools.synthetic.document import Degradation, random_identity, render_document
+from kyc_tools.operator.procs import stub_files
 from live_publish import Load, kyc_publish, states
 
 pytestmark = pytest.mark.integration
@@ -56,7 +56,7 @@ def wait_state(server, model: str, version: str, state: str, timeout: float = 60
 
 
 def stubs(server) -> int:
-    from kyc_tools.bench.stats import process_memory
+    from kyc_tools.dev.bench.stats import process_memory
 
     return process_memory(server.process.pid)["stub_processes"]
 

@@ -36,8 +36,8 @@ from kyc_customers import document, token_of, verify
 from kyc_testing import SHIPPED_REPOSITORY, ensemble_inputs, searchable
 from kyc_tools.assets.fetch import fetch_test_photos
 from kyc_tools.cli import main
-from kyc_tools.runtime.server import ServerOptions, free_port, is_ready, repository_index
-from kyc_tools.synthetic.document import random_identity
+from kyc_tools.dev.synthetic.document import random_identity
+from kyc_tools.operator.server import ServerOptions, free_port, is_ready, repository_index
 from live_publish import load_inputs
 
 pytestmark = pytest.mark.integration

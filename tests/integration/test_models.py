@@ -15,7 +15,7 @@ import tritonclient.grpc as grpcclient
 from PIL import Image, ImageDraw, ImageFont
 
 from kyc_tools.assets import fetch
-from kyc_tools.runtime.server import is_ready
+from kyc_tools.operator.server import is_ready
 
 pytestmark = pytest.mark.integration
 
@@ -284,7 +284,7 @@ def test_mrz_rec_reads_an_mrz_line_and_a_hostile_crop_gets_only_its_own_answer(c
     the model still reads afterwards."""
     from kyc.document.lines import ctc_greedy
     from kyc.document.mrz_rec import MRZ_ALPHABET, MRZ_CLASS_COUNT
-    from kyc_tools.synthetic.mrz_lines import line_samples
+    from kyc_tools.dev.synthetic.mrz_lines import line_samples
 
     sample = next(line_samples(np.random.default_rng(4501), 1, squeeze=0.6, max_width=1600))
     width = math.ceil(sample.image.shape[1] / 64) * 64

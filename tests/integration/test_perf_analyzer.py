@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kyc_tools.bench import perf_analyzer
+from kyc_tools.dev.bench import perf_analyzer
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +28,7 @@ def test_it_is_the_servers_release(installed):
 
 
 def test_it_measures_face_preprocess_from_real_photos(installed, server, tmp_path):
-    from kyc_tools.bench.models import face_photos
+    from kyc_tools.dev.bench.models import face_photos
 
     inputs = perf_analyzer.write_input_data(tmp_path / "in.json",
                                             [{"IMAGE": image(p)} for p in face_photos()])
@@ -41,7 +41,7 @@ def test_it_measures_face_preprocess_from_real_photos(installed, server, tmp_pat
 
 
 def test_it_measures_whole_customers_through_kyc_ensemble(installed, server, tmp_path):
-    from kyc_tools.bench.kyc import kyc_cases
+    from kyc_tools.dev.bench.kyc import kyc_cases
 
     requests = [{"DOCUMENT_IMAGE": image(c.document), "SELFIE_IMAGE": image(c.selfie),
                  "LIVENESS_TOKEN": image(b"")} for c in kyc_cases(2)]

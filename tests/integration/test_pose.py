@@ -1,5 +1,5 @@
 """The liveness head pose in degrees of the head: renders of a face turned a known angle
-(kyc_tools.eval.pose) read that angle through the shipped calibration
+(kyc_tools.dev.eval.pose) read that angle through the shipped calibration
 (kyc.face.landmarks.POSE_KNOTS), where the mesh fit alone reads about 0.6 of it."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from kyc_testing import SHIPPED_REPOSITORY, require_weights
 
 pytestmark = pytest.mark.integration
 
-# four faces of four people (kyc_tools.eval.liveness_samples.SOURCES) and their mirrors
+# four faces of four people (kyc_tools.dev.eval.liveness_samples.SOURCES) and their mirrors
 SOURCES = slice(0, 10, 3)
 ANGLES = {"yaw": (-20, 20), "pitch": (-20, 20)}
 
 
 def test_renders_of_known_angles_read_within_three_degrees_and_the_fit_alone_does_not():
-    from kyc_tools.eval import pose
+    from kyc_tools.dev.eval import pose
 
     require_weights()
     readings = pose.measure(SHIPPED_REPOSITORY, SOURCES, ANGLES)

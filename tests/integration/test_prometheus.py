@@ -22,9 +22,9 @@ from tritonclient.utils import InferenceServerException
 from kyc_client.liveness import bytes_input
 from kyc_testing import PROJECT_ROOT, SHIPPED_REPOSITORY
 from kyc_tools.cli import main
+from kyc_tools.operator.server import free_port
 from kyc_tools.ops import dashboard, prometheus
 from kyc_tools.ops.models import served_models
-from kyc_tools.runtime.server import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -101,7 +101,7 @@ def test_the_face_matching_snippet_tells_people_apart(server, document, selfie, 
 def test_the_document_snippet_reads_a_rendered_document(server, tmp_path):
     import numpy as np
 
-    from kyc_tools.synthetic.document import Degradation, random_identity, render_document
+    from kyc_tools.dev.synthetic.document import Degradation, random_identity, render_document
 
     rng = np.random.default_rng(42)
     doc = render_document(random_identity(rng), "td3", None, Degradation(), rng)
@@ -121,7 +121,7 @@ def person_setup(client) -> str:
     path = fetch.fetch_test_photos()["person_a_2"]
     return ("import time\nimport numpy as np\nfrom PIL import Image\n"
             "from kyc_tools.client import KycClient as _Faces\n"
-            "from kyc_tools.synthetic.liveness import HeadModel, Performer\n"
+            "from kyc_tools.dev.synthetic.liveness import HeadModel, Performer\n"
             f"_PATH = {str(path)!r}\n"
             "with _Faces(URL) as _faces:\n"
             "    _face = _faces.find_face(open(_PATH, 'rb').read())\n"

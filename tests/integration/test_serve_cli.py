@@ -30,9 +30,9 @@ from kyc_testing import (
     write_echo_version,
 )
 from kyc_tools.cli import main
-from kyc_tools.runtime.procs import children, is_running, stub_instance
-from kyc_tools.runtime.server import free_port, is_ready
-from kyc_tools.synthetic.liveness import encode
+from kyc_tools.dev.synthetic.liveness import encode
+from kyc_tools.operator.procs import children, is_running, stub_instance
+from kyc_tools.operator.server import free_port, is_ready
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kyc_tools.runtime.procs import STUB_PROGRAM, children, stub_instance
+from kyc_tools.operator.procs import STUB_PROGRAM, children, stub_instance
 
 pytestmark = pytest.mark.integration
 

@@ -4,7 +4,7 @@ The capacity is measured here (a short closed loop, which also warms the server 
 then requests arrive at 70% of it for KYC_SOAK_S seconds (default 60; the slow
 variant runs 10 minutes). Expected: zero errors, a p99 latency that does not drift
 (the last third against the first), and resident memory (distinct pages of the
-server and its Python stubs, kyc_tools.bench.procmem) growing less than 5% after the warm-up.
+server and its Python stubs, kyc_tools.dev.bench.procmem) growing less than 5% after the warm-up.
 A summary is printed and, when KYC_SOAK_REPORT names a file, written there as JSON.
 """
 
@@ -20,7 +20,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from kyc_testing import ensemble_customers, ensemble_inputs
-from kyc_tools.bench.stats import process_memory
+from kyc_tools.dev.bench.stats import process_memory
 from loadgen import closed_loop_rate, run_open_loop, split_by_time, summarize, triton_starter
 
 pytestmark = pytest.mark.integration

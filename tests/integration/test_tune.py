@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kyc.pipeline.modelconfig import load_config
-from kyc_tools.bench import tune
+from kyc_tools.dev.bench import tune
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import pytest
 
 from kyc_client.sdk import AsyncKycClient, KycClient, KycInputError, KycUnavailableError
 from kyc_testing import PROJECT_ROOT, free_port
-from kyc_tools.synthetic.liveness import encode
+from kyc_tools.dev.synthetic.liveness import encode
 
 pytestmark = pytest.mark.integration
 
@@ -99,7 +99,7 @@ def test_the_sdk_blocking_and_asyncio_agree(server, samples):
         import numpy as np
         from PIL import Image
 
-        from kyc_tools.synthetic.liveness import HeadModel, Performer
+        from kyc_tools.dev.synthetic.liveness import HeadModel, Performer
 
         image = np.asarray(Image.open(samples / "selfie.jpg").convert("RGB"))
         async with AsyncKycClient(url) as client:

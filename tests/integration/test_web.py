@@ -5,7 +5,7 @@ and a real Triton server.
 The server's repository is the shipped one with one change: its challenges use the
 move `left` only (left, left, left), so that a video made in advance can do what the
 random challenge asks. The head turns are 3-D head turns of a real photo's face on
-the canonical face mesh (kyc_tools.synthetic.liveness), NOT video of a live person. With
+the canonical face mesh (kyc_tools.dev.synthetic.liveness), NOT video of a live person. With
 the shipped policy (no passive anti-spoofing model), the best decision is review.
 
 Set KYC_SCREENSHOTS=DIR to keep a screenshot of each state there (docs/web/ holds those
@@ -37,8 +37,8 @@ from kyc_testing import (
 )
 from kyc_tools.assets.fetch import fetch_test_photos
 from kyc_tools.client import KycClient
+from kyc_tools.operator.server import free_port
 from kyc_tools.repo.config_edit import set_string_parameter
-from kyc_tools.runtime.server import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -14,18 +14,24 @@ import pytest
 
 from kyc_testing import SHIPPED_REPOSITORY
 from kyc_tools import cli
-from kyc_tools.bench.measure import (
+from kyc_tools.cli import build_parser
+from kyc_tools.dev.bench.measure import (
     Measurement,
     level_figures,
     measure_batches,
     measure_level,
     percentile,
 )
-from kyc_tools.bench.models import check_weights, copy_repository, pipeline_steps
-from kyc_tools.bench.options import GROUPS, BenchError, BenchOptions, Window
-from kyc_tools.bench.stats import STAGES, model_stats, process_memory, server_times, stats_totals
-from kyc_tools.bench.summary import format_table, machine, summarize, write_json
-from kyc_tools.cli import build_parser
+from kyc_tools.dev.bench.models import check_weights, copy_repository, pipeline_steps
+from kyc_tools.dev.bench.options import GROUPS, BenchError, BenchOptions, Window
+from kyc_tools.dev.bench.stats import (
+    STAGES,
+    model_stats,
+    process_memory,
+    server_times,
+    stats_totals,
+)
+from kyc_tools.dev.bench.summary import format_table, machine, summarize, write_json
 
 TINY = Window(warmup_s=0.05, window_s=0.2, min_requests=5, max_s=2.0)
 
@@ -298,8 +304,8 @@ def test_the_bench_command_parses_its_options_and_offers_exactly_the_groups(tmp_
 
 def test_bench_without_its_instruments_names_the_one_command_that_installs_them(
         monkeypatch, capsys):
-    from kyc_tools.bench import perf_analyzer
     from kyc_tools.cli import bench as bench_cli
+    from kyc_tools.dev.bench import perf_analyzer
 
     installed = {"perf_analyzer": True, "rapidocr_onnxruntime": True}
     monkeypatch.setattr(perf_analyzer, "available", lambda: installed["perf_analyzer"])
@@ -318,7 +324,8 @@ def test_bench_without_its_instruments_names_the_one_command_that_installs_them(
     makefile = (Path(__file__).parents[2] / "Makefile").read_text()
     assert "\nbench-tools: perf-analyzer $(VENV)/.installed-peers\n" in makefile
     ran = []
-    monkeypatch.setattr("kyc_tools.bench.scenarios.run_bench", lambda options: ran.append(options)
+    monkeypatch.setattr("kyc_tools.dev.bench.scenarios.run_bench",
+                        lambda options: ran.append(options)
                         or (_ for _ in ()).throw(OSError("stop here")))
     own = build_parser().parse_args(["bench", "--quick", "--own-clients"])
     assert own.func(own) == 1 and ran  # measured (here: stopped) without the instruments

@@ -1,4 +1,4 @@
-"""kyc_tools.bench.compare: servers measured in turns, their windows pooled."""
+"""kyc_tools.dev.bench.compare: servers measured in turns, their windows pooled."""
 
 from __future__ import annotations
 
@@ -8,9 +8,14 @@ import socket
 
 import pytest
 
-from kyc_tools.bench.compare import ServerUse, compare_servers, comparison_report, format_comparison
-from kyc_tools.bench.options import Window
-from kyc_tools.bench.procmem import listening_pid
+from kyc_tools.dev.bench.compare import (
+    ServerUse,
+    compare_servers,
+    comparison_report,
+    format_comparison,
+)
+from kyc_tools.dev.bench.options import Window
+from kyc_tools.dev.bench.procmem import listening_pid
 
 TINY = Window(warmup_s=0.0, window_s=0.05, min_requests=3, max_s=5.0)
 
@@ -93,7 +98,7 @@ def test_metered_servers_report_cpu_per_customer_and_memory_with_ratios_to_the_f
 
 
 def test_a_liveness_comparison_counts_cpu_per_frame_answered_by_liveness_sequence(monkeypatch):
-    from kyc_tools.bench import compare
+    from kyc_tools.dev.bench import compare
 
     asked: list[str] = []
 
@@ -122,8 +127,8 @@ def test_compare_offers_the_kyc_and_liveness_workloads_and_refuses_others(monkey
                                                                           tmp_path):
     import json
 
-    from kyc_tools.bench import compare
     from kyc_tools.cli import build_parser
+    from kyc_tools.dev.bench import compare
 
     assert {w: compare.WORKLOADS[w].concurrency for w in compare.WORKLOADS} == {
         "kyc": 1, "document": 1, "liveness": 8}

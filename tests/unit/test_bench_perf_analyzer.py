@@ -1,4 +1,4 @@
-"""kyc_tools.bench.perf_analyzer: the --input-data it writes and the CSV it reads.
+"""kyc_tools.dev.bench.perf_analyzer: the --input-data it writes and the CSV it reads.
 
 perf_analyzer itself runs against a real server in tests/integration/test_bench_cli.py
 and test_perf_analyzer.py.
@@ -12,7 +12,7 @@ import struct
 
 import numpy as np
 
-from kyc_tools.bench import perf_analyzer
+from kyc_tools.dev.bench import perf_analyzer
 
 CSV = ("Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,"
        "Server Compute Input,Server Compute Infer,Server Compute Output,Client Recv,"

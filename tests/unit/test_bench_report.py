@@ -1,4 +1,4 @@
-"""``kyc_tools.bench.report``: perf_analyzer-style CSVs and PNG charts of a bench report."""
+"""``kyc_tools.dev.bench.report``: perf_analyzer-style CSVs and PNG charts of a bench report."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kyc_tools.bench.report import (
+from kyc_tools.dev.bench.report import (
     PERF_ANALYZER_COLUMNS,
     STAGES_PNG,
     THROUGHPUT_PNG,

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from kyc.pipeline.modelconfig import load_config
-from kyc_tools.bench import tune
-from kyc_tools.bench.tune import Candidate, Search, TuneError
+from kyc_tools.dev.bench import tune
+from kyc_tools.dev.bench.tune import Candidate, Search, TuneError
 
 REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
 SERVER = {"path": "/x/tritonserver", "flags": {"backend-directory": "/x/backends"},

@@ -204,8 +204,8 @@ class Answering(AsyncRecorder):
 def test_the_bench_loads_send_the_client_key_found_here(recorded, monkeypatch):
     import numpy as np
 
-    from kyc_tools.bench import perf_analyzer
-    from kyc_tools.bench.core import TensorClient
+    from kyc_tools.dev.bench import perf_analyzer
+    from kyc_tools.dev.bench.core import TensorClient
 
     monkeypatch.setattr(perf_analyzer, "executable", lambda: "/x/perf_analyzer")
     monkeypatch.setattr(aioclient, "InferenceServerClient", Answering)

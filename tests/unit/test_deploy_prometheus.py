@@ -189,8 +189,8 @@ def test_a_refused_drop_alerts_on_its_first_refusal_too():
     # the watcher's own registry: no series before a refusal, then one at 1, by stage
     from prometheus_client import generate_latest
 
-    from kyc_tools.repo.live import Event
-    from kyc_tools.runtime.watcher import RepositoryMetrics
+    from kyc_tools.operator.live import Event
+    from kyc_tools.operator.watcher import RepositoryMetrics
 
     metrics = RepositoryMetrics()
     assert "kyc_repository_refusals_total{" not in generate_latest(metrics.registry).decode()

@@ -15,9 +15,9 @@ from PIL import Image
 
 from kyc.document.mrz import compose_mrz, parse_mrz
 from kyc_tools.cli import build_parser
-from kyc_tools.eval import documents, report, samples
-from kyc_tools.eval.data import DocumentSample
-from kyc_tools.eval.document_cases import (
+from kyc_tools.dev.eval import documents, report, samples
+from kyc_tools.dev.eval.data import DocumentSample
+from kyc_tools.dev.eval.document_cases import (
     CATEGORIES,
     CATEGORY_TALLIES,
     FILLER_RUN,
@@ -26,7 +26,7 @@ from kyc_tools.eval.document_cases import (
     categories,
     score,
 )
-from kyc_tools.synthetic.document import LOOKALIKES
+from kyc_tools.dev.synthetic.document import LOOKALIKES
 
 FORMAT_OF = {"TD1": "td1", "TD2": "td2", "TD3": "td3"}
 
@@ -241,8 +241,8 @@ def test_a_documents_seed_renders_both_document_sets_from_it(monkeypatch, tmp_pa
 
 
 def test_the_fixed_seeds_stay_the_default_of_each_document_set(monkeypatch, tmp_path):
-    import kyc_tools.eval.document_cases as document_cases
-    import kyc_tools.synthetic.document as synthetic
+    import kyc_tools.dev.eval.document_cases as document_cases
+    import kyc_tools.dev.synthetic.document as synthetic
 
     drawn = []
     monkeypatch.setattr(synthetic, "require_fonts", lambda: None)

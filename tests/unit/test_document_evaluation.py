@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from kyc.document.mrz import empty_document, parse_mrz
-from kyc_tools.eval.document_cases import TALLIES, rates, render_cases, score
+from kyc_tools.dev.eval.document_cases import TALLIES, rates, render_cases, score
 
 
 @pytest.fixture(scope="module")

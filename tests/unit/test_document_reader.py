@@ -17,7 +17,7 @@ from kyc.document.ocr import OcrSettings
 from kyc.document.step import PreprocessSettings, prepare_page, rec_alphabet
 from kyc.pipeline.modelconfig import Repository
 from kyc_testing import SHIPPED_REPOSITORY, require_weights
-from kyc_tools.synthetic.document import Degradation, random_identity, render_document
+from kyc_tools.dev.synthetic.document import Degradation, random_identity, render_document
 
 
 @pytest.fixture(scope="module")
@@ -218,7 +218,7 @@ def test_mrz_rec_version_2_reads_look_alikes_in_a_document_number(sessions, mrz_
     """The page the issue names: a number with O, I, B, D, S and Z read by the trained
     version, at its own stride (a step every 4 pixels), exactly."""
     from kyc.document.mrz import parse_mrz
-    from kyc_tools.synthetic.document import Identity
+    from kyc_tools.dev.synthetic.document import Identity
 
     rng = np.random.default_rng(45)
     identity = random_identity(rng)
@@ -265,7 +265,7 @@ def test_a_long_line_that_is_not_an_mrz_line_is_read_again_at_its_natural_width(
         sessions, mrz_sessions):
     from PIL import Image, ImageDraw
 
-    from kyc_tools.synthetic.document import DEJAVU, _font
+    from kyc_tools.dev.synthetic.document import DEJAVU, _font
 
     text = "Holder of this document is requested to present it on demand"
     image = Image.new("RGB", (1400, 200), "white")
@@ -332,7 +332,7 @@ def test_a_page_whose_visual_zone_does_not_show_the_mrz_is_read_to_its_last_line
 def test_a_page_without_an_mrz_reads_no_visual_line(sessions, mrz_sessions):
     from PIL import Image, ImageDraw
 
-    from kyc_tools.synthetic.document import DEJAVU, _font
+    from kyc_tools.dev.synthetic.document import DEJAVU, _font
 
     image = Image.new("RGB", (800, 300), "white")
     ImageDraw.Draw(image).text((20, 80), "KOWALSKI 503507574", font=_font(DEJAVU, 28),
@@ -403,7 +403,7 @@ def test_an_mrz_line_whose_filler_run_is_read_short_comes_back_whole(
     short; read at the page's line length it is the printed line. mrz_rec version 2 (a
     step every 4 pixels) reads it whole greedily."""
     from kyc.document import ocr
-    from kyc_tools.synthetic.document import HARSH
+    from kyc_tools.dev.synthetic.document import HARSH
 
     rng = np.random.default_rng(38035)
     doc = render_document(random_identity(rng), "td1", None, HARSH, rng)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from kyc.document.mrz import parse_mrz
-from kyc_tools.synthetic import document as synthetic
-from kyc_tools.synthetic.document import (
+from kyc_tools.dev.synthetic import document as synthetic
+from kyc_tools.dev.synthetic.document import (
     ALPHABET,
     LOOKALIKES,
     NUMBER_LETTERS,

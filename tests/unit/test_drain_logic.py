@@ -1,10 +1,10 @@
-"""kyc_tools.runtime.drain: when kyc serve may stop Triton without failing open sessions."""
+"""kyc_tools.operator.drain: when kyc serve may stop Triton without failing open sessions."""
 
 from __future__ import annotations
 
 import threading
 
-from kyc_tools.runtime.drain import ServerLoad, drain, parse_server_load
+from kyc_tools.operator.drain import ServerLoad, drain, parse_server_load
 
 EXPOSITION = """# HELP kyc_liveness_sessions_live Liveness sessions held now
 # TYPE kyc_liveness_sessions_live gauge

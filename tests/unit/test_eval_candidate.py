@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kyc_tools.eval.server import EvalError, versions_on_disk, with_candidate
+from kyc_tools.dev.eval.server import EvalError, versions_on_disk, with_candidate
 
 
 def repository(tmp_path: Path) -> Path:
@@ -58,7 +58,7 @@ def test_a_missing_candidate_or_model_is_a_clear_error(tmp_path):
 
 
 def test_each_measure_names_the_model_whose_versions_it_compares():
-    from kyc_tools.eval import MEASURED, antifraud, faces, liveness
+    from kyc_tools.dev.eval import MEASURED, antifraud, faces, liveness
 
     assert MEASURED == {"faces": faces.EMBEDDING, "liveness": liveness.MODEL,
                         "antifraud": antifraud.MODEL}

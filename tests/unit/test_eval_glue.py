@@ -1,4 +1,4 @@
-"""kyc_tools.eval's glue without a server: the labelled folders, the models a measure loads,
+"""kyc_tools.dev.eval's glue without a server: the labelled folders, the models a measure loads,
 the recommendations and the report (the measures run on a real server in
 tests/integration/test_eval.py)."""
 
@@ -12,8 +12,8 @@ import pytest
 
 from kyc.decision.features import FEATURES
 from kyc_tools.cli import build_parser
-from kyc_tools.eval import antifraud, data, documents, faces, liveness, metrics, report
-from kyc_tools.eval.server import EvalError, pick_versions, served_closure
+from kyc_tools.dev.eval import antifraud, data, documents, faces, liveness, metrics, report
+from kyc_tools.dev.eval.server import EvalError, pick_versions, served_closure
 
 REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
 
@@ -155,7 +155,7 @@ def test_documents_liveness_antifraud_recommend_by_their_field_measure():
 
 def test_the_report_keeps_private_arrays_out_of_the_json_and_names_the_plots(tmp_path):
     genuine, impostor = np.array([0.6, 0.7]), np.array([0.1, 0.2, 0.3])
-    from kyc_tools.eval.metrics import face_figures
+    from kyc_tools.dev.eval.metrics import face_figures
 
     figures = face_figures(genuine, impostor, 0.363, 1e-3)
     result = {"kind": "faces", "data": "d", "repository": "r", "model": "face_embedding",
@@ -221,14 +221,14 @@ class _Moves:
         self.labelled, self.clear = labelled, clear
 
     def read(self, frames, amplitudes):
-        from kyc_tools.eval.liveness_samples import CLEAR_DEG, LABEL_DEG
+        from kyc_tools.dev.eval.liveness_samples import CLEAR_DEG, LABEL_DEG
 
         assert tuple(amplitudes) == (LABEL_DEG, CLEAR_DEG)
         return [self.labelled, self.clear]
 
 
 def test_a_window_is_labelled_with_the_turns_it_holds_and_the_other_moves_as_kinds():
-    from kyc_tools.eval.liveness_samples import label_window
+    from kyc_tools.dev.eval.liveness_samples import label_window
 
     assert label_window(_Moves(["up", "down"], []), []) is None  # no turn: not a session
     assert label_window(_Moves(["left", "up", "right", "down"], ["left", "right"]), []) == {

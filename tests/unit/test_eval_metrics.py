@@ -1,11 +1,11 @@
-"""kyc_tools.eval.metrics: the field's measures on hand-computed cases."""
+"""kyc_tools.dev.eval.metrics: the field's measures on hand-computed cases."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from kyc_tools.eval import metrics
+from kyc_tools.dev.eval import metrics
 
 
 def test_cosine_matrix_normalises_rows():

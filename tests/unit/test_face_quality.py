@@ -87,7 +87,7 @@ def test_a_real_face_tilted_down_reads_as_a_tilt_not_a_turn():
     30 degrees: the fit of six unknowns to six equations found a head turned 23 degrees
     and rolled 12 as well; it must read as a tilt."""
     from kyc.face.mesh import EYE_CORNERS, MOUTH_CORNERS, NOSE_TIP
-    from kyc_tools.synthetic.liveness import load_mesh
+    from kyc_tools.dev.synthetic.liveness import load_mesh
 
     mesh = load_mesh()
 

@@ -182,7 +182,7 @@ def test_a_real_camera_frame_of_4k_passes_as_a_liveness_frame_and_more_pixels_do
     from kyc.intake import IntakeSettings
     from kyc.liveness.session import LivenessSettings
     from kyc_tools.assets.fetch import fetch_test_data
-    from kyc_tools.eval.liveness_samples import jpeg, read_clip
+    from kyc_tools.dev.eval.liveness_samples import jpeg, read_clip
 
     frame = read_clip(fetch_test_data("face_videos")["woman_turning"])[20]
     uhd = np.asarray(Image.fromarray(frame).resize((3840, 2160), Image.Resampling.BICUBIC))

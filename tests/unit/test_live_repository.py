@@ -1,4 +1,4 @@
-"""kyc_tools.repo.live: hand-dropped folders reach the live repository only complete and
+"""kyc_tools.operator.live: hand-dropped folders reach the live repository only complete and
 checked; refusals, rollbacks, config edits, new models and pinned sessions."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from kyc_testing import UNSAFE_ENTRIES, tiny_onnx, write_echo_version
+from kyc_tools.operator.live import PIN_SETTLE_S, LiveRepository, live_config_text, scan
 from kyc_tools.repo.config import load_config
-from kyc_tools.repo.live import PIN_SETTLE_S, LiveRepository, live_config_text, scan
 
 QUIET = 2.0
 

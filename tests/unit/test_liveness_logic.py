@@ -94,7 +94,7 @@ def test_natural_movement_on_the_way_is_forgiven_once_and_anything_after_the_las
 
 @pytest.mark.parametrize("forgiven, passed", [(0, 1), (1, 3), (2, 5)])
 def test_what_a_fixed_recording_passes_grows_with_the_movement_forgiven(forgiven, passed):
-    from kyc_tools.eval.liveness import fixed_recording
+    from kyc_tools.dev.eval.liveness import fixed_recording
 
     best = fixed_recording(("left", "right", "up", "down"), 3, 2, forgiven)
     assert best["challenges"] == 30 and best["passed_at_best"] == passed

@@ -12,7 +12,7 @@ from kyc.face.landmarks import calibrated
 from kyc.liveness import challenge
 from kyc.liveness.challenge import MEASURES, MOVES, PITCH, YAW, Measure, Move, events, reading
 from kyc.liveness.session import Frame, LivenessSettings, Session, judge
-from kyc_tools.synthetic.liveness import RENDER_DEG, challenge_poses, move_pose
+from kyc_tools.dev.synthetic.liveness import RENDER_DEG, challenge_poses, move_pose
 
 THRESHOLD = 0.363
 # A measure the step does not read today: a mouth opening, carried in Frame.readings.

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kyc_tools.bench.procmem import resident_by_kind, resident_union_mib
+from kyc_tools.dev.bench.procmem import resident_by_kind, resident_union_mib
 
 SIZE = 64 * 2**20
 

@@ -14,7 +14,7 @@ from PIL import Image
 from kyc.face.mesh import MeshError, load_face_mesh
 from kyc.liveness.relief import SIDE, FaceView, face_view, relief, shipped_depth
 from kyc_tools.assets.fetch import fetch_test_data, fetch_test_photos
-from kyc_tools.synthetic.liveness import HeadModel, cylinder_warp, load_mesh
+from kyc_tools.dev.synthetic.liveness import HeadModel, cylinder_warp, load_mesh
 
 # Five points of a face in a 640 x 480 frame (eyes, nose tip, mouth corners).
 FACE = np.array([[280.0, 200.0], [360.0, 200.0], [320.0, 250.0], [290.0, 290.0],

@@ -1,4 +1,4 @@
-"""kyc_tools.runtime.watcher: Triton's answers read, events counted, status served and printed."""
+"""kyc_tools.operator.watcher: Triton's answers read, events counted, status served and printed."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 from kyc_testing import write_echo_version
 from kyc_tools.cli import main
-from kyc_tools.repo.live import Event, LiveRepository
-from kyc_tools.runtime.drain import sessions_by_version
-from kyc_tools.runtime.watcher import RepositoryWatcher, format_status, index_states, read_status
+from kyc_tools.operator.drain import sessions_by_version
+from kyc_tools.operator.live import Event, LiveRepository
+from kyc_tools.operator.watcher import RepositoryWatcher, format_status, index_states, read_status
 
 EXPOSITION = """# TYPE kyc_liveness_sessions_live gauge
 kyc_liveness_sessions_live{model="liveness_sequence",version="1"} 2

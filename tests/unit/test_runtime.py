@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kyc_client.channel import CLIENT_KEY_ENV, client_key, default_client_key_file
-from kyc_tools.runtime.server import (
+from kyc_tools.operator.server import (
     InferenceLock,
     ServerError,
     ServerOptions,
@@ -28,7 +28,7 @@ from kyc_tools.runtime.server import (
     remove_stale_shm_regions,
     start_until_ready,
 )
-from kyc_tools.runtime.triton import STUB_NAME, assemble_backends, find_wheel_tree, system_install
+from kyc_tools.operator.triton import STUB_NAME, assemble_backends, find_wheel_tree, system_install
 
 
 @pytest.fixture
@@ -169,7 +169,7 @@ def test_client_urls_use_loopback_when_listening_on_all_addresses(tmp_path):
 def test_python_models_are_precompiled_before_the_server_sees_them(tmp_path):
     # The stub writes __pycache__ on first load whatever PYTHONDONTWRITEBYTECODE says,
     # and poll mode reloads a model whose folder changed: the bytecode must be there first.
-    from kyc_tools.runtime.server import precompile_python_models
+    from kyc_tools.operator.server import precompile_python_models
 
     version = tmp_path / "echo" / "1"
     version.mkdir(parents=True)

@@ -46,7 +46,7 @@ def entrypoint_http_url(cmdline: Path = ENTRYPOINT_CMDLINE) -> str | None:
     options after the image name gave (``docker run ... kyc-triton --http-port 9000``), so
     it reads them from the entrypoint's own command line, parsed by the same parser.
     """
-    from kyc_tools.runtime.server import ServerOptions
+    from kyc_tools.operator.server import ServerOptions
 
     try:
         argv = [a.decode(errors="replace") for a in cmdline.read_bytes().split(b"\0") if a]
@@ -63,7 +63,7 @@ def entrypoint_http_url(cmdline: Path = ENTRYPOINT_CMDLINE) -> str | None:
 
 
 def cmd_health(args: argparse.Namespace) -> int:
-    from kyc_tools.runtime.server import is_ready
+    from kyc_tools.operator.server import is_ready
 
     url = args.url or entrypoint_http_url() or DEFAULT_HEALTH_URL
     return 0 if is_ready(url, timeout=args.timeout) else 1

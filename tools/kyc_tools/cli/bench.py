@@ -1,4 +1,4 @@
-"""``kyc bench``: the command line of :mod:`kyc_tools.bench`."""
+"""``kyc bench``: the command line of :mod:`kyc_tools.dev.bench`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kyc_tools.cli.repo import DEFAULT_REPOSITORY
 
-# kyc_tools.bench.options.GROUPS (not imported: the CLI starts without numpy)
+# kyc_tools.dev.bench.options.GROUPS (not imported: the CLI starts without numpy)
 BENCH_GROUPS = ("kyc", "batching", "liveness", "document", "publish")
 # The instruments the bench's figures need, by the groups that use them: NVIDIA's
 # perf_analyzer loads the stateless served scenarios, RapidOCR is the document peer.
@@ -77,7 +77,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
 
 def _installed(instrument: str) -> bool:
     if instrument == "perf_analyzer":
-        from kyc_tools.bench import perf_analyzer
+        from kyc_tools.dev.bench import perf_analyzer
 
         return perf_analyzer.available()
     return importlib.util.find_spec(instrument.replace("-", "_")) is not None
@@ -101,18 +101,18 @@ def bench_output_dir(json_path: Path | None, out: Path | None) -> Path:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from kyc_tools.runtime.triton import THREAD_SETTINGS
+    from kyc_tools.operator.triton import THREAD_SETTINGS
 
     # The in-process limit and the peers run in this process: numpy's OpenBLAS gets
     # the server stubs' thread settings (its idle workers spin after every call), so
     # that both sides of the comparison run alike. Effective before numpy loads.
     for name, value in THREAD_SETTINGS.items():
         os.environ.setdefault(name, value)
-    from kyc_tools.bench.options import BenchError, BenchOptions
-    from kyc_tools.bench.report import write_csvs, write_plots
-    from kyc_tools.bench.scenarios import run_bench
-    from kyc_tools.bench.summary import format_table, total_errors, write_json
-    from kyc_tools.runtime.triton import TritonNotFoundError
+    from kyc_tools.dev.bench.options import BenchError, BenchOptions
+    from kyc_tools.dev.bench.report import write_csvs, write_plots
+    from kyc_tools.dev.bench.scenarios import run_bench
+    from kyc_tools.dev.bench.summary import format_table, total_errors, write_json
+    from kyc_tools.operator.triton import TritonNotFoundError
 
     if args.compare:
         return _bench_compare(args)
@@ -149,8 +149,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _bench_compare(args: argparse.Namespace) -> int:
-    from kyc_tools.bench.compare import WORKLOADS, format_comparison, run_comparison
-    from kyc_tools.bench.summary import write_json
+    from kyc_tools.dev.bench.compare import WORKLOADS, format_comparison, run_comparison
+    from kyc_tools.dev.bench.summary import write_json
 
     if len(args.compare) < 2:
         print("kyc bench --compare: name at least two servers (--compare HOST:PORT twice)",

@@ -1,5 +1,5 @@
 """``kyc eval``: the quality of each model version on labelled data, side by side, through
-a private Triton server over the repository (kyc_tools.eval).
+a private Triton server over the repository (kyc_tools.dev.eval).
 
   kyc eval faces DIR         DIR/<person>/<image>: FNMR, FMR, EER, threshold for a target
                              FMR, DET plot; versions of face_embedding
@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from kyc_tools.cli.repo import DEFAULT_REPOSITORY
-from kyc_tools.eval import DOCUMENT_MODELS, MEASURED
+from kyc_tools.dev.eval import DOCUMENT_MODELS, MEASURED
 
 
 def _versions(text: str) -> list[int]:
@@ -103,9 +103,9 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from kyc_tools.eval import antifraud, documents, faces, liveness
-    from kyc_tools.eval.report import public, write_json, write_report
-    from kyc_tools.eval.server import EvalError, versions_on_disk, with_candidate
+    from kyc_tools.dev.eval import antifraud, documents, faces, liveness
+    from kyc_tools.dev.eval.report import public, write_json, write_report
+    from kyc_tools.dev.eval.server import EvalError, versions_on_disk, with_candidate
 
     model = args.model if args.eval_kind == "documents" else MEASURED[args.eval_kind]
     try:
@@ -161,7 +161,7 @@ def summary(kind: str, figures: dict) -> dict:
 def cmd_pose(args: argparse.Namespace) -> int:
     """The knots fitted on every render of known angle, and the degrees read: through
     the shipped knots, through knots fitted on the other people's, between the knots."""
-    from kyc_tools.eval import pose
+    from kyc_tools.dev.eval import pose
 
     known = pose.measure(args.repository)
     between = pose.measure(args.repository, angles=pose.BETWEEN)
@@ -180,7 +180,7 @@ def cmd_pose(args: argparse.Namespace) -> int:
 
 
 def cmd_samples(args: argparse.Namespace) -> int:
-    from kyc_tools.eval.samples import write_samples
+    from kyc_tools.dev.eval.samples import write_samples
 
     counts = write_samples(args.out, args.repository, args.documents,
                            documents_seed=args.documents_seed)

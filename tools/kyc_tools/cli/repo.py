@@ -75,7 +75,7 @@ def cmd_repo_publish(args: argparse.Namespace) -> int:
 
 
 def cmd_repo_status(args: argparse.Namespace) -> int:
-    from kyc_tools.runtime.watcher import format_status, read_status
+    from kyc_tools.operator.watcher import format_status, read_status
 
     try:
         status = read_status(args.url)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kyc_tools.cli.repo import DEFAULT_REPOSITORY, DEFAULT_STATUS_PORT
-from kyc_tools.runtime.server import DEFAULT_HOST
+from kyc_tools.operator.server import DEFAULT_HOST
 
 
 # -- the parser ---------------------------------------------------------------------
@@ -117,7 +117,7 @@ def _add_watch_options(serve: argparse.ArgumentParser) -> None:
                             "Triton polls the repository itself")
     serve.add_argument("--quiet-secs", type=float, default=None,
                        help="a dropped folder is taken once it has not changed for this long "
-                            "(default: kyc_tools.repo.live.QUIET_S, 2 s)")
+                            "(default: kyc_tools.operator.live.QUIET_S, 2 s)")
     serve.add_argument("--watch-polling", action="store_true",
                        help="look for changes by stat instead of inotify (NFS and other "
                             "network filesystems)")
@@ -202,13 +202,13 @@ def _check_repository(args: argparse.Namespace, repository: Path) -> int | None:
 
 def _development_admin_key() -> tuple[str, str]:
     """The admin key from its file (made on first start) and where it came from."""
-    from kyc_tools.runtime.server import default_admin_key_file, development_admin_key
+    from kyc_tools.operator.server import default_admin_key_file, development_admin_key
 
     return development_admin_key(), str(default_admin_key_file())
 
 
 def _production_refused(admin_key: str | None, open_inference: bool) -> bool:
-    from kyc_tools.runtime.server import production_problems
+    from kyc_tools.operator.server import production_problems
 
     problems = production_problems(admin_key, os.environ, open_inference)
     for problem in problems:
@@ -218,7 +218,7 @@ def _production_refused(admin_key: str | None, open_inference: bool) -> bool:
 
 def _make_server(args: argparse.Namespace, repository: Path, admin_key: str | None,
                  production: bool) -> Any:
-    from kyc_tools.runtime.server import ServerOptions, TritonServer
+    from kyc_tools.operator.server import ServerOptions, TritonServer
 
     options = ServerOptions(
         model_repository=repository,
@@ -246,8 +246,8 @@ def _make_server(args: argparse.Namespace, repository: Path, admin_key: str | No
 
 def _start(server: Any, args: argparse.Namespace, repository: Path) -> int | None:
     """Start tritonserver; an exit status when it cannot start or cannot serve a model."""
-    from kyc_tools.runtime.server import ServerError
-    from kyc_tools.runtime.triton import TritonNotFoundError
+    from kyc_tools.operator.server import ServerError
+    from kyc_tools.operator.triton import TritonNotFoundError
 
     try:
         server.start()
@@ -270,7 +270,7 @@ def _wait_ready(server: Any, args: argparse.Namespace, signals: _Signals,
                 started: float) -> bool:
     """Wait for readiness; when it does not come, stop the server (saying why unless a
     signal stopped the wait) and return False."""
-    from kyc_tools.runtime.server import is_ready
+    from kyc_tools.operator.server import is_ready
 
     while not signals.stop.is_set() and time.monotonic() - started < args.ready_timeout:
         if server.poll() is not None:
@@ -345,7 +345,7 @@ def _repository_mode(server: Any) -> str:
 def _supervise(server: Any, args: argparse.Namespace, signals: _Signals) -> int | None:
     """Serve until a signal or until tritonserver exits; exit status 3 (the server
     stopped) when a model's Python stubs died."""
-    from kyc_tools.runtime.server import StubWatch
+    from kyc_tools.operator.server import StubWatch
 
     watch = StubWatch(server) if args.stub_watch_secs > 0 else None
     next_watch = time.monotonic() + args.stub_watch_secs
@@ -384,9 +384,9 @@ def _shut_down(server: Any, args: argparse.Namespace, repository: Path,
 
 def _drain(metrics_url: str, repository: Path, seconds: float, hurry: threading.Event) -> None:
     """Keep serving until open liveness sessions and pending requests are done
-    (kyc_tools.runtime.drain: Triton itself fails open sessions once told to stop)."""
+    (kyc_tools.operator.drain: Triton itself fails open sessions once told to stop)."""
+    from kyc_tools.operator.drain import drain, read_server_load
     from kyc_tools.repo.config import model_parameters
-    from kyc_tools.runtime.drain import drain, read_server_load
 
     try:
         idle_s = float(model_parameters(repository, "liveness_sequence")["idle_ttl_s"])

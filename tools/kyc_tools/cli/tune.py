@@ -1,4 +1,4 @@
-"""``kyc tune``: the command line of :mod:`kyc_tools.bench.tune` (NVIDIA's Model Analyzer)."""
+"""``kyc tune``: the command line of :mod:`kyc_tools.dev.bench.tune` (NVIDIA's Model Analyzer)."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def _delays(text: str) -> tuple[int, ...]:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from kyc_tools.bench.tune import Search, TuneError, run
+    from kyc_tools.dev.bench.tune import Search, TuneError, run
 
     search = Search(instances=args.instances, max_batch_sizes=args.max_batch_sizes,
                     delays_us=args.delays_us, concurrency=args.concurrency,

