@@ -57,22 +57,49 @@ def tiny_onnx(
     return path
 
 
-DOUBLE_CONFIG = """
-name: "double"
-platform: "onnxruntime_onnx"
-max_batch_size: 8
-input [ { name: "X" data_type: TYPE_FP32 dims: [ 2 ] } ]
-output [ { name: "Y" data_type: TYPE_FP32 dims: [ 2 ] } ]
-dynamic_batching { max_queue_delay_microseconds: 1000 }
-"""
+def model_config(name: str, *, inputs: dict[str, tuple[str, list[int]]],
+                 outputs: dict[str, tuple[str, list[int]]], platform: str = "",
+                 backend: str = "", max_batch_size: int = 8, more: str = "") -> str:
+    """A model's config.pbtxt as a person writes it: ``platform`` or ``backend``;
+    ``inputs`` and ``outputs`` map each tensor's name to its type and dims
+    (``{"X": ("FP32", [2])}``), one line each; ``more`` (dedented) after them."""
+    runs_on = f'platform: "{platform}"' if platform else f'backend: "{backend}"'
+    return (f'name: "{name}"\n{runs_on}\nmax_batch_size: {max_batch_size}\n'
+            f"{_tensors('input', inputs)}{_tensors('output', outputs)}{textwrap.dedent(more)}")
 
-ECHO_CONFIG = """
-name: "echo"
-backend: "python"
-max_batch_size: 8
-input [ { name: "IN" data_type: TYPE_FP32 dims: [ 2 ] } ]
-output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 2 ] } ]
-"""
+
+def _tensors(kind: str, tensors: dict[str, tuple[str, list[int]]]) -> str:
+    listed = ", ".join(f'{{ name: "{name}" data_type: TYPE_{dtype} dims: [ '
+                       f'{", ".join(map(str, dims))} ] }}'
+                       for name, (dtype, dims) in tensors.items())
+    return f"{kind} [ {listed} ]\n"
+
+
+def ensemble_config(name: str, *, inputs: dict[str, tuple[str, list[int]]],
+                    outputs: dict[str, tuple[str, list[int]]], steps: list[str],
+                    max_batch_size: int = 8) -> str:
+    """An ensemble's config.pbtxt (see :func:`model_config`) running ``steps``
+    (:func:`ensemble_step`), in that order."""
+    scheduling = "ensemble_scheduling {\n  step [\n    " + ",\n    ".join(steps) + "\n  ]\n}\n"
+    return model_config(name, platform="ensemble", inputs=inputs, outputs=outputs,
+                        max_batch_size=max_batch_size, more=scheduling)
+
+
+def ensemble_step(model: str, inputs: dict[str, str], outputs: dict[str, str],
+                  version: int = -1) -> str:
+    """One step of an ensemble: ``inputs`` maps each of ``model``'s inputs to the
+    ensemble tensor it reads, ``outputs`` each of its outputs to the tensor it writes."""
+    maps = [f'input_map {{ key: "{key}" value: "{value}" }}' for key, value in inputs.items()]
+    maps += [f'output_map {{ key: "{key}" value: "{value}" }}' for key, value in outputs.items()]
+    return f'{{ model_name: "{model}" model_version: {version}\n      {" ".join(maps)} }}'
+
+
+DOUBLE_CONFIG = model_config(
+    "double", platform="onnxruntime_onnx", inputs={"X": ("FP32", [2])},
+    outputs={"Y": ("FP32", [2])}, more="dynamic_batching { max_queue_delay_microseconds: 1000 }\n")
+
+ECHO_CONFIG = model_config("echo", backend="python", inputs={"IN": ("FP32", [2])},
+                           outputs={"OUT": ("FP32", [2])})
 
 ECHO_MODEL = '''
 import numpy as np
@@ -90,21 +117,10 @@ class TritonPythonModel:
         return out
 '''
 
-PIPE_CONFIG = """
-name: "pipe"
-platform: "ensemble"
-max_batch_size: 8
-input [ { name: "VALUES" data_type: TYPE_FP32 dims: [ 2 ] } ]
-output [ { name: "RESULT" data_type: TYPE_FP32 dims: [ 2 ] } ]
-ensemble_scheduling {
-  step [
-    { model_name: "double" model_version: -1
-      input_map { key: "X" value: "VALUES" } output_map { key: "Y" value: "doubled" } },
-    { model_name: "echo" model_version: -1
-      input_map { key: "IN" value: "doubled" } output_map { key: "OUT" value: "RESULT" } }
-  ]
-}
-"""
+PIPE_CONFIG = ensemble_config(
+    "pipe", inputs={"VALUES": ("FP32", [2])}, outputs={"RESULT": ("FP32", [2])}, steps=[
+        ensemble_step("double", {"X": "VALUES"}, {"Y": "doubled"}),
+        ensemble_step("echo", {"IN": "doubled"}, {"OUT": "RESULT"})])
 
 
 # What a dropped model folder must not hold (kyc_tools.repo.safe_copy), each put into a folder.

@@ -12,7 +12,13 @@ from kyc.pipeline.contract import BLS, Contract, Use
 from kyc.pipeline.modelconfig import Repository, config_dict
 from kyc.pipeline.step import Request, StepContext
 from kyc.pipeline.triton import resolve
-from kyc_testing import SHIPPED_REPOSITORY, write_model
+from kyc_testing import (
+    SHIPPED_REPOSITORY,
+    ensemble_config,
+    ensemble_step,
+    model_config,
+    write_model,
+)
 from kyc_tools.repo.config import load_config
 from kyc_tools.repo.graph.build import build_graph
 from kyc_tools.repo.graph.contracts import contract_mismatches
@@ -53,31 +59,20 @@ class ToyStep:
                 for s in scores["SCORES"][:, None]]
 '''
 
-# 2. its config and its one-line glue file; 3. an ensemble that runs it
-TOY_CONFIG = """
-    name: "toy_quality"
-    backend: "python"
-    max_batch_size: 8
-    input [{ name: "IMAGES", data_type: TYPE_FP32, dims: [3, 4, 4] }]
-    output [{ name: "FOUND", data_type: TYPE_BOOL, dims: [1] }]
-    parameters { key: "detector_model" value { string_value: "face_detector" } }
-    """
+# 2. its config and its one-line glue file; 3. an ensemble that runs it (both with the
+#    step's tensors)
+TOY_INPUTS = {"IMAGES": ("FP32", [3, 4, 4])}
+TOY_OUTPUTS = {"FOUND": ("BOOL", [1])}
+TOY_CONFIG = model_config(
+    "toy_quality", backend="python", inputs=TOY_INPUTS, outputs=TOY_OUTPUTS,
+    more='parameters { key: "detector_model" value { string_value: "face_detector" } }\n')
 TOY_GLUE = """
     from kyc.pipeline.triton import triton_model
 
     TritonPythonModel = triton_model("toy_step:ToyStep")
     """
-TOY_ENSEMBLE = """
-    name: "toy_ensemble"
-    platform: "ensemble"
-    max_batch_size: 8
-    input [{ name: "IMAGES", data_type: TYPE_FP32, dims: [3, 4, 4] }]
-    output [{ name: "FOUND", data_type: TYPE_BOOL, dims: [1] }]
-    ensemble_scheduling { step [{
-        model_name: "toy_quality" model_version: -1
-        input_map { key: "IMAGES" value: "IMAGES" }
-        output_map { key: "FOUND" value: "FOUND" } }] }
-    """
+TOY_ENSEMBLE = ensemble_config("toy_ensemble", inputs=TOY_INPUTS, outputs=TOY_OUTPUTS, steps=[
+    ensemble_step("toy_quality", {"IMAGES": "IMAGES"}, {"FOUND": "FOUND"})])
 
 
 @pytest.fixture

@@ -15,17 +15,13 @@ from onnx import TensorProto, helper
 from kyc_export import convert, pipeline, synthetic
 from kyc_export.convert import Converted
 from kyc_export.errors import ValidationError
+from kyc_testing import model_config
 from kyc_tools.assets.errors import ChecksumError, ManifestError
 from kyc_tools.assets.manifest import Manifest, parse_manifest
 
 MEMBER = "tiny_src/model.onnx"
-CONFIG = """
-name: "tiny"
-platform: "onnxruntime_onnx"
-max_batch_size: 4
-input [ { name: "IN" data_type: TYPE_UINT8 dims: [ 2 ] } ]
-output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 2 ] } ]
-"""
+CONFIG = model_config("tiny", platform="onnxruntime_onnx", max_batch_size=4,
+                      inputs={"IN": ("UINT8", [2])}, outputs={"OUT": ("FP32", [2])})
 
 
 def _source_model(output: str = "OUT") -> onnx.ModelProto:

@@ -24,6 +24,19 @@ def position_frame(height: int, width: int) -> np.ndarray:
     return frame.astype(np.uint8)
 
 
+def assert_crop_is_window(frame: np.ndarray, box, scale: float,
+                          window: tuple[int, int, int, int]) -> np.ndarray:
+    """Asserts that the crop of ``box`` at ``scale`` is ``window`` of the frame (x1, y1,
+    x2, y2, right and bottom included) resized to 80 x 80, and that crop_window says
+    that window; returns the crop."""
+    x1, y1, x2, y2 = window
+    crop = context_crop(frame, box, scale=scale)
+
+    assert crop_window(frame.shape[:2], box, scale) == window
+    np.testing.assert_array_equal(crop, cv2.resize(frame[y1:y2 + 1, x1:x2 + 1], (80, 80)))
+    return crop
+
+
 def test_a_centred_box_at_scale_1_whose_window_is_the_output_size_is_copied_pixel_for_pixel():
     frame = position_frame(200, 200)
     # w = h = int(138 - 60 + 1) = 79, centre 99.5: window 60..139, both included: 80 px
@@ -34,36 +47,34 @@ def test_a_centred_box_at_scale_1_whose_window_is_the_output_size_is_copied_pixe
     assert tuple(crop[0, 0, :2]) == (60, 60) and tuple(crop[-1, -1, :2]) == (139, 139)
 
 
-def test_a_centred_box_at_scale_1_gives_the_box_content_resized():
-    frame = position_frame(240, 200)
-    # w = 100, h = 120: window x 50..150, y 40..160 (right and bottom included)
-    box = (50, 40, 149, 159)
-
-    crop = context_crop(frame, box, scale=1.0)
-
-    assert crop_window(frame.shape[:2], box, 1.0) == (50, 40, 150, 160)
-    np.testing.assert_array_equal(crop, cv2.resize(frame[40:161, 50:151], (80, 80)))
-
-
-def test_a_box_given_as_an_array_with_fractional_corners_is_truncated_as_the_reference():
-    frame = position_frame(200, 200)
-    # int(60.7) = 60, w = int(138.2 - 60.7 + 1) = int(78.5) = 78: window 60..138
-    box = np.array([60.7, 60.7, 138.2, 138.2], dtype=np.float32)
-
-    crop = context_crop(frame, box, scale=1.0)
-
-    np.testing.assert_array_equal(crop, cv2.resize(frame[60:139, 60:139], (80, 80)))
-
-
-def test_scale_enlarges_the_window_around_the_box_centre():
-    frame = position_frame(200, 200)
-    # w = h = 40, centre (100, 100), x2.7 -> 108: 46..154 both ways
-    box = (80, 80, 119, 119)
-
-    crop = context_crop(frame, box, scale=2.7)
-
-    assert crop_window(frame.shape[:2], box, 2.7) == (46, 46, 154, 154)
-    np.testing.assert_array_equal(crop, cv2.resize(frame[46:155, 46:155], (80, 80)))
+@pytest.mark.parametrize(
+    ("frame_size", "box", "scale", "window"),
+    [
+        # w = 100, h = 120: window x 50..150, y 40..160 (right and bottom included)
+        pytest.param((240, 200), (50, 40, 149, 159), 1.0, (50, 40, 150, 160),
+                     id="a_centred_box_at_scale_1_gives_the_box_content_resized"),
+        # int(60.7) = 60, w = int(138.2 - 60.7 + 1) = int(78.5) = 78: window 60..138
+        pytest.param((200, 200), np.array([60.7, 60.7, 138.2, 138.2], dtype=np.float32), 1.0,
+                     (60, 60, 138, 138),
+                     id="a_box_given_as_an_array_with_fractional_corners_is_truncated_as_the_"
+                        "reference"),
+        # w = h = 40, centre (100, 100), x2.7 -> 108: 46..154 both ways
+        pytest.param((200, 200), (80, 80, 119, 119), 2.7, (46, 46, 154, 154),
+                     id="scale_enlarges_the_window_around_the_box_centre"),
+        # w = h = 40: scale min(4, 119/40, 159/40) = 2.975 -> 119 px; centre (30, 60):
+        # x -29.5 -> 0..119, y 0.5..119.5 -> moved up to 0..119: the frame's left square
+        pytest.param((120, 160), (10, 40, 49, 79), 4.0, (0, 0, 119, 119),
+                     id="a_scale_the_frame_cannot_hold_is_capped_by_the_frame_size"),
+        # x = int(-20.5) = -20 (int() truncates towards zero), w = int(29.5 + 20.5 + 1) = 51,
+        # h = 51, centre (5.5, 55.5); x1.5 -> 76.5: x -32.75..43.75 -> moved right to
+        # 0..76.5; y 17.25..93.75; truncated: x 0..76, y 17..93
+        pytest.param((120, 160), (-20.5, 30.0, 29.5, 80.0), 1.5, (0, 17, 76, 93),
+                     id="a_box_partly_outside_the_frame_gives_a_window_inside_it"),
+    ],
+)
+def test_the_crop_is_the_window_worked_out_from_the_reference_resized(
+        frame_size, box, scale, window):
+    assert_crop_is_window(position_frame(*frame_size), box, scale, window)
 
 
 def test_a_large_scale_near_the_left_edge_shifts_the_window_inside_without_padding():
@@ -73,10 +84,7 @@ def test_a_large_scale_near_the_left_edge_shifts_the_window_inside_without_paddi
     # window, not in its middle.
     box = (10, 40, 49, 79)
 
-    crop = context_crop(frame, box, scale=2.7)
-
-    assert crop_window(frame.shape[:2], box, 2.7) == (0, 6, 108, 114)
-    np.testing.assert_array_equal(crop, cv2.resize(frame[6:115, 0:109], (80, 80)))
+    crop = assert_crop_is_window(frame, box, 2.7, (0, 6, 108, 114))
     assert crop[:, 0, 0].max() == 0  # the first column is the frame's first column
     centre_column = int(np.argmin(np.abs(crop[40, :, 0].astype(int) - 30)))
     assert centre_column < 30  # off-centre: about 80 * 30 / 109 = 22
@@ -88,36 +96,8 @@ def test_a_large_scale_near_the_bottom_right_corner_shifts_the_window_up_and_lef
     # 105..159; y 73..127 -> moved up by 8 to 65..119 (the reference stops at size - 1)
     box = (130, 90, 149, 109)
 
-    crop = context_crop(frame, box, scale=2.7)
-
-    assert crop_window(frame.shape[:2], box, 2.7) == (105, 65, 159, 119)
-    np.testing.assert_array_equal(crop, cv2.resize(frame[65:120, 105:160], (80, 80)))
+    crop = assert_crop_is_window(frame, box, 2.7, (105, 65, 159, 119))
     assert crop[-1, -1, 0] == 159 and crop[-1, -1, 1] == 119
-
-
-def test_a_scale_the_frame_cannot_hold_is_capped_by_the_frame_size():
-    frame = position_frame(120, 160)
-    # w = h = 40: scale min(4, 119/40, 159/40) = 2.975 -> 119 px; centre (30, 60):
-    # x -29.5 -> 0..119, y 0.5..119.5 -> moved up to 0..119: the frame's left square
-    box = (10, 40, 49, 79)
-
-    crop = context_crop(frame, box, scale=4.0)
-
-    assert crop_window(frame.shape[:2], box, 4.0) == (0, 0, 119, 119)
-    np.testing.assert_array_equal(crop, cv2.resize(frame[0:120, 0:120], (80, 80)))
-
-
-def test_a_box_partly_outside_the_frame_gives_a_window_inside_it():
-    frame = position_frame(120, 160)
-    # x = int(-20.5) = -20 (int() truncates towards zero), w = int(29.5 + 20.5 + 1) = 51,
-    # h = 51, centre (5.5, 55.5); x1.5 -> 76.5: x -32.75..43.75 -> moved right to
-    # 0..76.5; y 17.25..93.75; truncated: x 0..76, y 17..93
-    box = (-20.5, 30.0, 29.5, 80.0)
-
-    crop = context_crop(frame, box, scale=1.5)
-
-    assert crop_window(frame.shape[:2], box, 1.5) == (0, 17, 76, 93)
-    np.testing.assert_array_equal(crop, cv2.resize(frame[17:94, 0:77], (80, 80)))
 
 
 @pytest.mark.parametrize("size", [80, 112, 48])

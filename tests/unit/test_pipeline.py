@@ -28,7 +28,13 @@ from kyc.pipeline.step import (
     UnavailableError,
 )
 from kyc.pipeline.triton import triton_model
-from kyc_testing import SHIPPED_REPOSITORY, write_model
+from kyc_testing import (
+    SHIPPED_REPOSITORY,
+    ensemble_config,
+    ensemble_step,
+    model_config,
+    write_model,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -161,35 +167,19 @@ ADD_ONE = """
 
     TritonPythonModel = triton_model(lambda context: AddOne())
 """
-ADD_ONE_CONFIG = """
-    name: "{name}"
-    backend: "python"
-    max_batch_size: 8
-    input [ {{ name: "A" data_type: TYPE_INT32 dims: [ 1 ] }} ]
-    output [ {{ name: "B" data_type: TYPE_INT32 dims: [ 1 ] }} ]
-"""
 
 
 def test_an_ensemble_runs_its_steps_in_data_order_and_a_failed_step_ends_only_its_request(
         tmp_path):
     for name in ("first", "second"):
-        write_model(tmp_path, name, ADD_ONE_CONFIG.format(name=name), ADD_ONE)
+        config = model_config(name, backend="python", inputs={"A": ("INT32", [1])},
+                              outputs={"B": ("INT32", [1])})
+        write_model(tmp_path, name, config, ADD_ONE)
     # the config lists the second step first: the runtime follows the tensors
-    write_model(tmp_path, "pipe", """
-        name: "pipe"
-        platform: "ensemble"
-        max_batch_size: 8
-        input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
-        output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-        ensemble_scheduling {
-          step [
-            { model_name: "second" model_version: -1
-              input_map { key: "A" value: "middle" } output_map { key: "B" value: "OUT" } },
-            { model_name: "first" model_version: -1
-              input_map { key: "A" value: "IN" } output_map { key: "B" value: "middle" } }
-          ]
-        }
-    """)
+    write_model(tmp_path, "pipe", ensemble_config(
+        "pipe", inputs={"IN": ("INT32", [1])}, outputs={"OUT": ("INT32", [1])}, steps=[
+            ensemble_step("second", {"A": "middle"}, {"B": "OUT"}),
+            ensemble_step("first", {"A": "IN"}, {"B": "middle"})]))
     local = LocalRepository(tmp_path)
     good, bad = local.run("pipe", [Request({"IN": np.array([[1]], np.int32)}),
                                    Request({"IN": np.array([[-5]], np.int32)})])

@@ -68,13 +68,22 @@ def test_check_cli_prints_one_line_per_problem_and_exits_1(tiny_repository, caps
     assert any("double/latest: version folder 'latest' is not a number" in line for line in out)
 
 
-def test_check_reports_a_dtype_mismatch_between_config_and_onnx(tiny_repository):
-    set_config(tiny_repository, "double", "TYPE_FP32 dims: [ 2 ] } ]\noutput",
-               "TYPE_UINT8 dims: [ 2 ] } ]\noutput")
-    assert messages(tiny_repository) == [
-        "repo/double/1/model.onnx: input 'X' is TYPE_UINT8 in the config but TYPE_FP32 "
-        "in the model"
-    ]
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        pytest.param("TYPE_FP32 dims: [ 2 ] } ]\noutput", "TYPE_UINT8 dims: [ 2 ] } ]\noutput",
+                     "input 'X' is TYPE_UINT8 in the config but TYPE_FP32 in the model",
+                     id="a_dtype_mismatch"),
+        pytest.param('name: "Y" data_type: TYPE_FP32 dims: [ 2 ]',
+                     'name: "Y" data_type: TYPE_FP32 dims: [ 3 ]',
+                     "output 'Y' dim 0 is 3 in the config but 2 in the model",
+                     id="dims_that_disagree"),
+    ],
+)
+def test_check_reports_a_config_tensor_that_disagrees_with_the_onnx_model(
+        tiny_repository, old, new, message):
+    set_config(tiny_repository, "double", old, new)
+    assert messages(tiny_repository) == [f"repo/double/1/model.onnx: {message}"]
 
 
 def test_check_reports_a_fixed_batch_dimension_when_max_batch_size_is_set(
@@ -83,14 +92,6 @@ def test_check_reports_a_fixed_batch_dimension_when_max_batch_size_is_set(
     onnx_factory(tiny_repository / "double" / "1" / "model.onnx", shape=(4, 2))
     found = messages(tiny_repository)
     assert any("input 'X' has a fixed first dimension 4" in m for m in found)
-
-
-def test_check_reports_dims_that_disagree_with_the_onnx_model(tiny_repository):
-    set_config(tiny_repository, "double", 'name: "Y" data_type: TYPE_FP32 dims: [ 2 ]',
-               'name: "Y" data_type: TYPE_FP32 dims: [ 3 ]')
-    assert messages(tiny_repository) == [
-        "repo/double/1/model.onnx: output 'Y' dim 0 is 3 in the config but 2 in the model"
-    ]
 
 
 def test_check_reports_an_onnx_file_that_is_not_onnx(tiny_repository):

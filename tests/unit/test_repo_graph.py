@@ -11,7 +11,15 @@ import pytest
 
 from kyc.pipeline.contract import BLS, SETTINGS
 from kyc.pipeline.triton import served_step
-from kyc_testing import PROJECT_ROOT, SHIPPED_REPOSITORY, require_weights, write_model
+from kyc_testing import (
+    PROJECT_ROOT,
+    SHIPPED_REPOSITORY,
+    ensemble_config,
+    ensemble_step,
+    model_config,
+    require_weights,
+    write_model,
+)
 from kyc_tools.repo.config import load_config, model_kind, model_parameters
 from kyc_tools.repo.graph.build import build_graph
 from kyc_tools.repo.graph.cli import add_graph_parser, main
@@ -326,29 +334,18 @@ def param(key: str, value: str) -> str:
 @pytest.fixture
 def odd_repository(tmp_path: Path) -> Path:
     root = tmp_path / "odd"
-    write_model(root, "det", """
-        name: "det"
-        platform: "onnxruntime_onnx"
-        max_batch_size: 4
-        input [ { name: "IMAGES" data_type: TYPE_UINT8 dims: [ -1, -1, 3 ] } ]
-        output [ { name: "LOC" data_type: TYPE_FP32 dims: [ -1, 4 ] } ]
-        """)
+    write_model(root, "det", model_config(
+        "det", platform="onnxruntime_onnx", max_batch_size=4,
+        inputs={"IMAGES": ("UINT8", [-1, -1, 3])}, outputs={"LOC": ("FP32", [-1, 4])}))
     # no glue file: every *_model parameter but face_model/limits_model is a BLS call
-    write_model(root, "pre", """
-        name: "pre"
-        backend: "python"
-        max_batch_size: 2
-        input [ { name: "IMAGE" data_type: TYPE_STRING dims: [ 1 ] } ]
-        output [ { name: "FACE" data_type: TYPE_UINT8 dims: [ 112, 112, 3 ] } ]
-        """ + param("detector_model", "det") + param("limits_model", "gone")
-        + param("rec_model", "nowhere"))
+    write_model(root, "pre", model_config(
+        "pre", backend="python", max_batch_size=2, inputs={"IMAGE": ("STRING", [1])},
+        outputs={"FACE": ("UINT8", [112, 112, 3])}, more=param("detector_model", "det")
+        + param("limits_model", "gone") + param("rec_model", "nowhere")))
     # the liveness step: it reads pre's settings and calls the detector they name
-    write_model(root, "live", """
-        name: "live"
-        backend: "python"
-        max_batch_size: 8
-        input [ { name: "FRAME" data_type: TYPE_STRING dims: [ 1 ] } ]
-        output [ { name: "STATUS" data_type: TYPE_STRING dims: [ 1 ] } ]
+    write_model(root, "live", model_config(
+        "live", backend="python", inputs={"FRAME": ("STRING", [1])},
+        outputs={"STATUS": ("STRING", [1])}, more="""
         sequence_batching {
           control_input [
             { name: "BEGIN" control [ { kind: CONTROL_SEQUENCE_START
@@ -358,25 +355,15 @@ def odd_repository(tmp_path: Path) -> Path:
           ]
         }
         """ + param("face_model", "pre") + param("embedding_model", "det")
-        + param("antispoof_model", ""),
+        + param("antispoof_model", "")),
         model_py='from kyc.pipeline.triton import triton_model\n\n'
              'TritonPythonModel = triton_model("kyc.liveness.step:LivenessStep")\n')
-    write_model(root, "ens", """
-        name: "ens"
-        platform: "ensemble"
-        max_batch_size: 2
-        input [ { name: "IN" data_type: TYPE_STRING dims: [ 1 ] } ]
-        output [ { name: "OUT" data_type: TYPE_UINT8 dims: [ 112, 112, 3 ] } ]
-        ensemble_scheduling { step [
-          { model_name: "pre" model_version: -1
-            input_map { key: "IMAGE" value: "IN" } output_map { key: "FACE" value: "face" } },
-          { model_name: "absent" model_version: 3
-            input_map { key: "X" value: "face" } input_map { key: "Y" value: "IN" }
-            output_map { key: "Z" value: "unused" } },
-          { model_name: "pre" model_version: -1
-            input_map { key: "IMAGE" value: "face" } output_map { key: "FACE" value: "OUT" } }
-        ] }
-        """)
+    write_model(root, "ens", ensemble_config(
+        "ens", max_batch_size=2, inputs={"IN": ("STRING", [1])},
+        outputs={"OUT": ("UINT8", [112, 112, 3])}, steps=[
+            ensemble_step("pre", {"IMAGE": "IN"}, {"FACE": "face"}),
+            ensemble_step("absent", {"X": "face", "Y": "IN"}, {"Z": "unused"}, version=3),
+            ensemble_step("pre", {"IMAGE": "face"}, {"FACE": "OUT"})]))
     for name in ("odd-name", "odd_name"):
         write_model(root, name, f"""
             name: "{name}"
