@@ -201,6 +201,32 @@ def start_server(repository: Path, log_file: Path, *, open_inference: bool = Tru
     return start_until_ready(server, timeout_s=180, stop_grace_s=5, tail_chars=4000)
 
 
+def shipped_copy(dest: Path) -> Path:
+    """A copy of the shipped repository at ``dest`` (its weights there: else the test
+    fails with how to fetch them)."""
+    require_weights()
+    return copy_tree(SHIPPED_REPOSITORY, dest)
+
+
+@contextlib.contextmanager
+def shipped_server(root: Path, config_changes: dict[str, Callable[[str], str]] | None = None,
+                   **options) -> Iterator[tuple[Path, TritonServer]]:
+    """A server of its own on a copy of the shipped repository (``root/repo``, the log in
+    ``root/server.log``), each model of ``config_changes`` with its config.pbtxt's text
+    changed as said first: (the copy, the server), stopped after. ``options`` as
+    :func:`start_server`'s."""
+    repo = shipped_copy(root / "repo")
+    for model, change in (config_changes or {}).items():
+        config = repo / model / "config.pbtxt"
+        config.write_text(change(config.read_text()))
+    server = start_server(repo, root / "server.log", **options)
+    try:
+        yield repo, server
+    finally:
+        server.stop()
+
+
+
 KYC = [sys.executable, "-m", "kyc_tools.cli"]
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import tritonclient.grpc as grpcclient
 
+from kyc_testing import SHIPPED_REPOSITORY
+
 CHUNK = 1 << 20
 
 
@@ -62,6 +64,12 @@ def kyc_publish(repo: Path, model: str, src: Path, *extra: str) -> subprocess.Co
     )
 
 
+def republish(repo: Path, model: str) -> subprocess.CompletedProcess:
+    """`kyc repo publish` of ``model``'s shipped version 1 into ``repo``: the same files
+    as a new version."""
+    return kyc_publish(repo, model, SHIPPED_REPOSITORY / model / "1")
+
+
 def load_inputs() -> tuple[grpcclient.InferInput, grpcclient.InferInput]:
     """A face for face_embedding and a pair of values for echo."""
     face = grpcclient.InferInput("FACE", [1, 112, 112, 3], "UINT8")
@@ -69,6 +77,13 @@ def load_inputs() -> tuple[grpcclient.InferInput, grpcclient.InferInput]:
     values = grpcclient.InferInput("IN", [1, 2], "FP32")
     values.set_data_from_numpy(np.array([[1.0, 2.0]], np.float32))
     return face, values
+
+
+def publish_loads(url: str) -> tuple[Load, Load]:
+    """Loads on the two models of a publish repository
+    (kyc_testing.build_publish_repository): face_embedding's and echo's (not started)."""
+    face, values = load_inputs()
+    return Load(url, "face_embedding", [face], "EMBEDDING"), Load(url, "echo", [values], "OUT")
 
 
 def states(server, model: str) -> dict[str, str]:

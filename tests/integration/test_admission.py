@@ -20,16 +20,13 @@ import tritonclient.grpc as grpcclient
 
 from kyc.budgets import BUDGETS_MS, SLA_MS
 from kyc_testing import (
-    SHIPPED_REPOSITORY,
     Person,
-    copy_tree,
     ensemble_customers,
     ensemble_inputs,
     liveness_step,
     metric_sum,
-    require_weights,
     scrape,
-    start_server,
+    shipped_server,
 )
 from kyc_tools.liveness_client import bytes_input
 from loadgen import OK, closed_loop_rate, percentile, run_open_loop, summarize, triton_starter
@@ -48,12 +45,8 @@ def load_seconds() -> float:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    require_weights()
-    root = tmp_path_factory.mktemp("admission")
-    repo = copy_tree(SHIPPED_REPOSITORY, root / "repo")
-    server = start_server(repo, root / "server.log")
-    yield server
-    server.stop()
+    with shipped_server(tmp_path_factory.mktemp("admission")) as (_, server):
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -273,19 +266,13 @@ def narrow_server(tmp_path_factory):
     """The shipped repository with a limit of 1 request in flight per entry."""
     from kyc_tools.repo.config_edit import edit_config
 
-    require_weights()
-    root = tmp_path_factory.mktemp("narrow")
-    repo = copy_tree(SHIPPED_REPOSITORY, root / "repo")
-    path = repo / "kyc_intake" / "config.pbtxt"
-
     def one(config) -> None:
         for key in ("admission_initial_limit", "admission_min_limit", "admission_max_limit"):
             config.parameters[key].string_value = "1"
 
-    path.write_text(edit_config(path.read_text(), one))
-    server = start_server(repo, root / "server.log")
-    yield server
-    server.stop()
+    with shipped_server(tmp_path_factory.mktemp("narrow"),
+                        {"kyc_intake": lambda text: edit_config(text, one)}) as (_, server):
+        yield server
 
 
 def test_the_sdk_retries_a_shed_customer_and_document_until_it_is_answered(

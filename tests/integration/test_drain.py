@@ -13,14 +13,7 @@ import uuid
 
 import pytest
 
-from kyc_testing import (
-    SHIPPED_REPOSITORY,
-    Person,
-    ServeProcess,
-    copy_tree,
-    perform_on,
-    require_weights,
-)
+from kyc_testing import Person, ServeProcess, perform_on, shipped_copy
 from kyc_tools.liveness_client import LivenessCapture, LivenessReply
 
 pytestmark = pytest.mark.integration
@@ -28,8 +21,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory):
-    require_weights()
-    return copy_tree(SHIPPED_REPOSITORY, tmp_path_factory.mktemp("drain") / "repo")
+    return shipped_copy(tmp_path_factory.mktemp("drain") / "repo")
 
 
 def serving(repository, tmp_path, drain_secs: str) -> ServeProcess:

@@ -26,14 +26,11 @@ from PIL import Image
 
 from kyc_testing import (
     ECHO_CONFIG,
-    SHIPPED_REPOSITORY,
     Person,
-    copy_tree,
     ensemble_inputs,
     liveness_step,
     play_moves,
-    require_weights,
-    start_server,
+    shipped_server,
     tiny_onnx,
     write_echo_version,
 )
@@ -103,12 +100,9 @@ class SessionLoop(threading.Thread):
 
 @pytest.fixture(scope="module")
 def drops(tmp_path_factory):
-    require_weights()
-    root = tmp_path_factory.mktemp("drops")
-    repo = copy_tree(SHIPPED_REPOSITORY, root / "repo")
-    server = start_server(repo, root / "server.log")  # the defaults of kyc serve
-    yield repo, server
-    server.stop()
+    # the defaults of kyc serve
+    with shipped_server(tmp_path_factory.mktemp("drops")) as (repo, server):
+        yield repo, server
 
 
 def wait_until(condition, timeout: float, what: str) -> None:

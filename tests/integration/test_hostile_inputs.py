@@ -27,13 +27,7 @@ import tritonclient.grpc as grpcclient
 from PIL import Image
 
 import hostile
-from kyc_testing import (
-    SHIPPED_REPOSITORY,
-    concurrently_as_a_client,
-    copy_tree,
-    require_weights,
-    start_server,
-)
+from kyc_testing import concurrently_as_a_client, shipped_server
 from kyc_tools.assets.fetch import fetch_test_photos
 from kyc_tools.dev.bench.procmem import resident_by_kind
 from kyc_tools.dev.bench.stats import process_memory
@@ -66,12 +60,8 @@ def parameter(repository: Path, model: str, key: str) -> int:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    require_weights()
-    root = tmp_path_factory.mktemp("hostile")
-    repository = copy_tree(SHIPPED_REPOSITORY, root / "repo")
-    server = start_server(repository, root / "server.log")
-    yield server, repository, root / "server.log"
-    server.stop()
+    with shipped_server(tmp_path_factory.mktemp("hostile")) as (repository, server):
+        yield server, repository, server.log_file
 
 
 @pytest.fixture(scope="module")

@@ -16,30 +16,25 @@ from PIL import Image
 from kyc_testing import (
     SHIPPED_REPOSITORY,
     Person,
-    copy_tree,
     ensemble_inputs,
     liveness_step,
     play_moves,
-    require_weights,
-    start_server,
+    shipped_server,
 )
 from kyc_tools.assets.fetch import fetch_test_photos
 from kyc_tools.dev.synthetic.document import Degradation, random_identity, render_document
 from kyc_tools.liveness_client import LivenessReply, bytes_input
 from kyc_tools.operator.procs import stub_files
-from live_publish import Load, kyc_publish, states
+from live_publish import Load, kyc_publish, republish, states
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
-    require_weights()
     root = tmp_path_factory.mktemp("hot")
-    repo = copy_tree(SHIPPED_REPOSITORY, root / "repo")
-    server = start_server(repo, root / "server.log", poll_secs=1)
-    yield repo, server, root
-    server.stop()
+    with shipped_server(root, poll_secs=1) as (repo, server):
+        yield repo, server, root
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +88,7 @@ def test_publishing_onnx_python_and_broken_versions_under_kyc_load_fails_no_requ
         for load in (kyc, face):
             load.wait_for(lambda ld: sum(ld.versions.values()) >= 2, 120, "first answers")
         # ONNX: face_embedding, the same weights as version 2
-        published = kyc_publish(repo, "face_embedding", SHIPPED_REPOSITORY / "face_embedding" / "1")
+        published = republish(repo, "face_embedding")
         assert published.returncode == 0 and published.stdout.strip() == "2", published.stderr
         wait_state(server, "face_embedding", "2", "READY")
         # Python: face_preprocess's model.py as version 2
@@ -154,7 +149,7 @@ def test_open_liveness_sessions_end_live_across_a_publish(live, model):
         assert progress["moves_done"] == 1, progress
         sessions[sid] = (perform, progress["next"])
     current = max(int(v) for v, s in states(server, model).items() if s == "READY")
-    published = kyc_publish(repo, model, SHIPPED_REPOSITORY / model / "1")
+    published = republish(repo, model)
     assert published.returncode == 0, published.stderr
     wait_state(server, model, str(current + 1), "READY")
     if model == "liveness_sequence":  # the old version still serves its sessions
@@ -196,7 +191,7 @@ def test_a_token_spent_before_kyc_decision_is_republished_stays_spent(live):
         first = verify(client, document(photos, 11), selfie, token, application="app-7")
         assert first["reasons"] == ["liveness_without_passive_pad"], first
         current = first["models"]["kyc_decision"]
-        published = kyc_publish(repo, "kyc_decision", SHIPPED_REPOSITORY / "kyc_decision" / "1")
+        published = republish(repo, "kyc_decision")
         assert published.returncode == 0, published.stderr
         wait_state(server, "kyc_decision", str(current + 1), "READY")
         wait_state(server, "kyc_decision", str(current), "UNAVAILABLE")

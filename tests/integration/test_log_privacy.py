@@ -14,13 +14,11 @@ import tritonclient.grpc as grpcclient
 from PIL import Image
 
 from kyc_testing import (
-    SHIPPED_REPOSITORY,
     Person,
-    copy_tree,
     ensemble_inputs,
     live_session,
-    require_weights,
     searchable,
+    shipped_copy,
     start_server,
 )
 from kyc_tools.assets.fetch import fetch_test_photos
@@ -34,10 +32,9 @@ pytestmark = pytest.mark.integration
 def flows(tmp_path_factory):
     """Runs every flow; returns the server log and everything personal that was sent or
     answered."""
-    require_weights()
     root = tmp_path_factory.mktemp("privacy")
     log_file = root / "server.log"
-    server = start_server(copy_tree(SHIPPED_REPOSITORY, root / "repo"), log_file, log_verbose=1)
+    server = start_server(shipped_copy(root / "repo"), log_file, log_verbose=1)
     photos = fetch_test_photos()
     client = grpcclient.InferenceServerClient(server.options.grpc_url)
     secrets: dict[str, list] = {"text": [], "images": [], "floats": []}

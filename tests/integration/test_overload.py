@@ -33,14 +33,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from kyc.budgets import BUDGETS_MS
-from kyc_testing import (
-    SHIPPED_REPOSITORY,
-    copy_tree,
-    metric_sum,
-    require_weights,
-    scrape,
-    start_server,
-)
+from kyc_testing import SHIPPED_REPOSITORY, metric_sum, scrape, shipped_server
 from kyc_tools.assets.fetch import fetch_test_photos
 from kyc_tools.client import KycClient, RetryPolicy
 from kyc_tools.repo.graph import build_graph, step_map
@@ -64,16 +57,9 @@ STEPS = step_map(build_graph(SHIPPED_REPOSITORY))  # derived budget steps (kyc.b
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    require_weights()
-    root = tmp_path_factory.mktemp("overload")
-    repository = copy_tree(SHIPPED_REPOSITORY, root / "model_repository")
-    config = repository / MODEL / "config.pbtxt"
-    text = config.read_text()
-    config.unlink()
-    config.write_text(with_queue_policy(text, MODEL, STEPS))
-    server = start_server(repository, root / "tritonserver.log")
-    yield server
-    server.stop()
+    with shipped_server(tmp_path_factory.mktemp("overload"),
+                        {MODEL: lambda text: with_queue_policy(text, MODEL, STEPS)}) as (_, server):
+        yield server
 
 
 @pytest.fixture(scope="module")

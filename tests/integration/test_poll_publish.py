@@ -6,13 +6,8 @@ import time
 
 import pytest
 
-from kyc_testing import (
-    SHIPPED_REPOSITORY,
-    build_publish_repository,
-    start_server,
-    write_echo_version,
-)
-from live_publish import Load, kyc_publish, load_inputs, states
+from kyc_testing import build_publish_repository, start_server, write_echo_version
+from live_publish import kyc_publish, publish_loads, republish, states
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +25,7 @@ def publish_a_new_onnx_and_a_new_python_version(repo, embedding_load, echo_load,
     """Both published under load and answering: face_embedding 2 (the same weights) and
     echo 2 (x3 instead of x1)."""
     # A new ONNX version: the same weights, published as version 2.
-    published = kyc_publish(repo, "face_embedding", SHIPPED_REPOSITORY / "face_embedding" / "1")
+    published = republish(repo, "face_embedding")
     assert published.returncode == 0, published.stderr
     assert published.stdout.strip() == "2"
     embedding_load.wait_for(lambda ld: ld.last_version == "2", 60, "version 2")
@@ -80,9 +75,7 @@ def test_publishing_under_load_serves_new_versions_and_never_a_broken_one(
     live_repository, tmp_path
 ):
     repo, server = live_repository
-    face, values = load_inputs()
-    embedding_load = Load(server.options.grpc_url, "face_embedding", [face], "EMBEDDING")
-    echo_load = Load(server.options.grpc_url, "echo", [values], "OUT")
+    embedding_load, echo_load = publish_loads(server.options.grpc_url)
     for load in (embedding_load, echo_load):
         load.start()
     try:

@@ -12,13 +12,8 @@ import sys
 
 import pytest
 
-from kyc_testing import (
-    SHIPPED_REPOSITORY,
-    build_publish_repository,
-    start_server,
-    write_echo_version,
-)
-from live_publish import Load, kyc_publish, load_inputs, rsync_like_copy, wait_refused
+from kyc_testing import build_publish_repository, start_server, write_echo_version
+from live_publish import kyc_publish, publish_loads, republish, rsync_like_copy, wait_refused
 
 pytestmark = pytest.mark.integration
 
@@ -43,17 +38,13 @@ def test_one_publish_reaches_every_replica_of_the_shared_volume_without_a_failed
     assert "left as it is" in seed(image_repository, volume)  # the second pod's init
     replicas = [start_server(volume, tmp_path / f"replica-{n}.log", poll_secs=1,
                              watch_polling=True) for n in range(2)]
-    face, values = load_inputs()
-    loads = [Load(r.options.grpc_url, model, [tensor], output) for r in replicas
-             for model, tensor, output in (("face_embedding", face, "EMBEDDING"),
-                                           ("echo", values, "OUT"))]
+    loads = [load for r in replicas for load in publish_loads(r.options.grpc_url)]
     for load in loads:
         load.start()
     try:
         for load in loads:
             load.wait_for(lambda ld: sum(ld.versions.values()) >= 5, 60, "first answers")
-        published = kyc_publish(volume, "face_embedding",
-                                SHIPPED_REPOSITORY / "face_embedding" / "1")
+        published = republish(volume, "face_embedding")
         assert published.returncode == 0 and published.stdout.strip() == "2", published.stderr
         published = kyc_publish(volume, "echo", write_echo_version(tmp_path / "v2", scale=3.0))
         assert published.returncode == 0 and published.stdout.strip() == "2", published.stderr

@@ -27,14 +27,7 @@ import pytest
 from fake_camera import challenge_film, still_film, write_y4m
 from PIL import Image
 
-from kyc_testing import (
-    SHIPPED_REPOSITORY,
-    copy_tree,
-    metric_sum,
-    require_weights,
-    scrape,
-    start_server,
-)
+from kyc_testing import metric_sum, scrape, shipped_server
 from kyc_tools.assets.fetch import fetch_test_photos
 from kyc_tools.client import KycClient
 from kyc_tools.operator.server import free_port
@@ -49,15 +42,9 @@ ATTEMPTS = 2
 
 @pytest.fixture(scope="module")
 def triton(tmp_path_factory):
-    require_weights()
-    root = copy_tree(SHIPPED_REPOSITORY, tmp_path_factory.mktemp("web") / "models")
-    config = root / "liveness_sequence" / "config.pbtxt"
-    text = set_string_parameter(config.read_text(), "moves", "left")
-    config.unlink()
-    config.write_text(text)
-    server = start_server(root, root.parent / "tritonserver.log")
-    yield server
-    server.stop()
+    left_only = {"liveness_sequence": lambda text: set_string_parameter(text, "moves", "left")}
+    with shipped_server(tmp_path_factory.mktemp("web"), left_only) as (_, server):
+        yield server
 
 
 def kyc_web(triton_url: str, log_dir: Path, *options: str):
