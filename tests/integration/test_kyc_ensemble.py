@@ -62,7 +62,7 @@ def test_an_operator_who_accepts_the_active_check_alone_approves_that_customer(
     """The same request through the same pipeline, run in this process over a copy of
     the repository whose kyc_decision sets approve_without_passive_pad; a page that only
     its MRZ vouches for is not approved there either."""
-    from kyc.pipeline.local import LocalRepository
+    from kyc.local import LocalRepository
     from kyc.pipeline.step import Request
     from kyc_tools.repo.config_edit import set_string_parameter
 

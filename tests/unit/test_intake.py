@@ -129,7 +129,7 @@ def test_the_client_image_limits_are_defined_once_by_the_intake_and_read_by_the_
     # what the steps decode with is the intake's
     from kyc.document.step import OcrPreprocessStep
     from kyc.face.step import FacePreprocessStep
-    from kyc.pipeline.local import LocalRepository
+    from kyc.local import LocalRepository
 
     local = LocalRepository(SHIPPED_REPOSITORY)
     face = FacePreprocessStep.from_context(local.context("face_preprocess"))

@@ -17,7 +17,7 @@ import numpy as np
 
 import fake_triton
 from fake_triton import FakeError, FakeTensor
-from kyc.pipeline.local import LocalRepository, batches
+from kyc.local import LocalRepository, batches
 from kyc.pipeline.modelconfig import Repository
 from kyc.pipeline.step import (
     Callee,

@@ -13,7 +13,7 @@ antifraud model answers the batch with INTERNAL. Logs carry counts and timings, 
 names, numbers, embeddings or tokens.
 
 :class:`DecisionStep` is free of Triton: served through :mod:`kyc.pipeline.triton`
-(antifraud through one BLS call), run in process by :mod:`kyc.pipeline.local`.
+(antifraud through one BLS call), run in process by :mod:`kyc.local`.
 """
 
 from __future__ import annotations

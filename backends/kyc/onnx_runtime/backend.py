@@ -189,7 +189,7 @@ def _decode_strings(name: str, array: np.ndarray) -> np.ndarray:
 
 class OnnxStep:
     """A model file served with onnxruntime, as a step (the local ``onnxruntime``
-    backend, and the ONNX models of :mod:`kyc.pipeline.local`)."""
+    backend, and the ONNX models of :mod:`kyc.local`)."""
 
     def __init__(self, runner: OnnxBatchRunner) -> None:
         self.runner = runner

@@ -1,4 +1,6 @@
-"""The one shape of every Python model: a *step*, and the runtimes that run it.
+"""The one shape of every Python model: a *step*, and the adapter that serves it (the
+in-process runtime, which runs the ONNX models too, is :mod:`kyc.local`, above this
+room and :mod:`kyc.onnx_runtime`).
 
 - :mod:`kyc.pipeline.step`: what a step is (built from a :class:`StepContext`, run
   on a list of requests' input arrays, one answer or one error per request), the
@@ -6,9 +8,6 @@
   another model (a detector, a recogniser, an embedding, the antifraud scorer).
 - :mod:`kyc.pipeline.triton`: the one adapter that turns a step into a Triton
   ``TritonPythonModel`` (gather, run, scatter, per-request errors, BLS callees).
-- :mod:`kyc.pipeline.local`: the same steps run in process with onnxruntime, the
-  ensembles composed from their configs' ``ensemble_scheduling`` (the bench's
-  in-process limit, tests).
 - :mod:`kyc.pipeline.modelconfig`: other models' configs read with Triton's protobuf
   schema, without loading the gRPC client into a serving stub.
 

@@ -6,7 +6,7 @@ requests of one ``execute``: a list of :class:`Request` (input arrays by tensor
 name) in, one :data:`Answer` per request out (output arrays by tensor name, or the
 exception that request is answered with). A step batches by itself: gather every
 request's items, one call to each model it needs, scatter. It knows nothing of
-Triton; :mod:`kyc.pipeline.triton` serves it, :mod:`kyc.pipeline.local` runs it in
+Triton; :mod:`kyc.pipeline.triton` serves it, :mod:`kyc.local` runs it in
 process.
 
 The exception's type chooses the request's status and what may be said:

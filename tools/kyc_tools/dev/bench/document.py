@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from kyc.pipeline.local import LocalRepository
+from kyc.local import LocalRepository
 from kyc.pipeline.step import Request
 from kyc_tools.dev.bench.measure import Outcome
 from kyc_tools.dev.bench.models import onnx_threads
@@ -82,7 +82,7 @@ class DocumentClient:
 
 
 class DocumentInProcess:
-    """document_ocr without Triton: :class:`kyc.pipeline.local.LocalRepository` runs the
+    """document_ocr without Triton: :class:`kyc.local.LocalRepository` runs the
     steps its config wires (ocr_preprocess, one ocr_det run over the batch's
     canvases, ocr_postprocess with ocr_rec called in process)."""
 

@@ -9,7 +9,7 @@ microseconds; the liveness stream is a separate model. Served, it is sent by
 ``kyc_tools.dev.bench.scenarios.KycClient`` (the SDK's asyncio client).
 
 In process (:class:`KycInProcess`, the limit the served throughput is compared to):
-``kyc_ensemble`` run by :class:`kyc.pipeline.local.LocalRepository`: the steps its
+``kyc_ensemble`` run by :class:`kyc.local.LocalRepository`: the steps its
 config wires, in this process without Triton, on the same ONNX files with the served
 models' onnxruntime thread settings and the very steps the served ``model.py`` files
 name, each step called once per batch (split at each model's ``max_batch_size``, as
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from kyc.pipeline.local import LocalRepository
+from kyc.local import LocalRepository
 from kyc.pipeline.step import Request
 from kyc.reasons import FACE_MISMATCH
 from kyc_client.sdk import Verification

@@ -96,7 +96,7 @@ def face_photos(count: int = 0) -> list[bytes]:
 
 def onnx_session(repository: Path, model: str) -> Any:
     """``model``'s onnxruntime session as the served Python-based backend makes it."""
-    from kyc.pipeline.local import LocalRepository
+    from kyc.local import LocalRepository
 
     return LocalRepository(repository).step(model).runner.session
 

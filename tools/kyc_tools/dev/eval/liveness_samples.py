@@ -119,9 +119,9 @@ def jpeg(image: np.ndarray, quality: int = 90) -> bytes:
 
 
 def in_process(repository: Path):
-    """The repository's models run in this process (kyc.pipeline.local), with a token key
+    """The repository's models run in this process (kyc.local), with a token key
     of their own: no token leaves it."""
-    from kyc.pipeline.local import LocalRepository
+    from kyc.local import LocalRepository
 
     key = base64.b64encode(secrets.token_bytes(32)).decode()
     return LocalRepository(repository, {"KYC_TOKEN_KEY": key})
