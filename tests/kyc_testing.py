@@ -6,6 +6,7 @@ import contextlib
 import functools
 import os
 import queue
+import secrets
 import shutil
 import subprocess
 import sys
@@ -15,14 +16,16 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from unittest import mock
 
 import onnx
 import pytest
 import tritonclient.grpc as grpcclient
 from onnx import TensorProto, helper
 
-from kyc_tools.client import DEFAULT_RETRY
-from kyc_tools.liveness_client import MOVE_TRIES, LivenessReply, bytes_input, frame_input
+from kyc_client.channel import CLIENT_KEY_ENV
+from kyc_client.liveness import MOVE_TRIES, LivenessReply, bytes_input, frame_input
+from kyc_client.sdk import DEFAULT_RETRY
 from kyc_tools.operator.server import (
     SHM_DIR,
     ServerOptions,
@@ -226,6 +229,18 @@ def shipped_server(root: Path, config_changes: dict[str, Callable[[str], str]] |
         server.stop()
 
 
+@contextlib.contextmanager
+def keyed_server(repository: Path, log_dir: Path) -> Iterator[TritonServer]:
+    """A server whose inference needs the client key, as `kyc serve` starts one; while it
+    runs the key is in KYC_CLIENT_KEY, where a reader's client (and a child process) finds
+    it."""
+    with mock.patch.dict(os.environ, {CLIENT_KEY_ENV: secrets.token_hex(24)}):
+        server = start_server(repository, log_dir / "tritonserver.log", open_inference=False)
+        try:
+            yield server
+        finally:
+            server.stop()
+
 
 KYC = [sys.executable, "-m", "kyc_tools.cli"]
 
@@ -364,7 +379,7 @@ def concurrently(url: str, model: str, inputs: list[list[grpcclient.InferInput]]
 
 def shed(result) -> bool:
     """Refused by admission control (UNAVAILABLE, "at capacity"): a client sends it
-    again after a backoff (the SDK does, kyc_tools.client)."""
+    again after a backoff (the SDK does, kyc_client.sdk)."""
     return (isinstance(result, Exception) and "UNAVAILABLE" in str(result.status())
             and "at capacity" in result.message())
 
@@ -465,8 +480,8 @@ class Person:
         import numpy as np
         from PIL import Image
 
+        from kyc_client.sdk import KycClient
         from kyc_tools.assets.fetch import fetch_test_photos
-        from kyc_tools.client import KycClient
         from kyc_tools.dev.synthetic.liveness import HeadModel
 
         self.path = fetch_test_photos()[role]
@@ -492,18 +507,18 @@ class Person:
 
 def live_session(grpc_url: str, person: Person, **options) -> list:
     """A liveness session of ``person`` doing what the server asks, move by move (the
-    replies, START's first; see kyc_tools.liveness_client.perform_session)."""
-    from kyc_tools.liveness_client import perform_session
+    replies, START's first; see kyc_client.liveness.perform_session)."""
+    from kyc_client.liveness import perform_session
 
     return perform_session(grpc_url, person.performer(), **options)
 
 
 def perform_on(capture, perform, fps: float = 15.0) -> list:
-    """Stream a person through an open :class:`kyc_tools.liveness_client.LivenessCapture`
+    """Stream a person through an open :class:`kyc_client.liveness.LivenessCapture`
     (START already answered) at a camera's pace: ``perform(None)``, then each move still
     to make as told, waiting for the server's word after each, then ``perform(None)``
     again; END is left to the caller. The replies so far, in order."""
-    from kyc_tools.liveness_client import FramePacer
+    from kyc_client.liveness import FramePacer
 
     pacer, sent, replies = FramePacer(fps), [0], []
 
@@ -588,7 +603,7 @@ def web_form(**fields: bytes) -> bytes:
 
 def ensemble_answer(decision: str = "reject", reasons=("face_mismatch", "high_fraud_score")):
     """kyc_ensemble's answer, with every score and figure its REPORT carries."""
-    from kyc_tools.client import Verification
+    from kyc_client.sdk import Verification
 
     return Verification(decision, list(reasons), face_match_score=0.123, liveness_score=0.456,
                         fraud_score=0.971, report={"fraud_features": {"age": 17},

@@ -19,6 +19,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from kyc.budgets import BUDGETS_MS, SLA_MS
+from kyc_client.liveness import bytes_input
 from kyc_testing import (
     Person,
     ensemble_customers,
@@ -28,7 +29,6 @@ from kyc_testing import (
     scrape,
     shipped_server,
 )
-from kyc_tools.liveness_client import bytes_input
 from loadgen import OK, closed_loop_rate, percentile, run_open_loop, summarize, triton_starter
 
 pytestmark = pytest.mark.integration
@@ -281,7 +281,7 @@ def test_the_sdk_retries_a_shed_customer_and_document_until_it_is_answered(
     at a time are shed (counted) and retried with backoff until each is answered."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from kyc_tools.client import KycClient, RetryPolicy
+    from kyc_client.sdk import KycClient, RetryPolicy
 
     patient = RetryPolicy(attempts=10, base_delay_s=0.2, max_delay_s=2.0, deadline_s=60.0)
     start = threading.Barrier(4)

@@ -13,8 +13,8 @@ import uuid
 
 import pytest
 
+from kyc_client.liveness import LivenessCapture, LivenessReply
 from kyc_testing import Person, ServeProcess, perform_on, shipped_copy
-from kyc_tools.liveness_client import LivenessCapture, LivenessReply
 
 pytestmark = pytest.mark.integration
 

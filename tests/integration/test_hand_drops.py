@@ -24,6 +24,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from PIL import Image
 
+from kyc_client.liveness import LivenessReply
 from kyc_testing import (
     ECHO_CONFIG,
     Person,
@@ -37,7 +38,6 @@ from kyc_testing import (
 from kyc_tools.assets.fetch import fetch_test_photos
 from kyc_tools.dev.bench.stats import process_memory
 from kyc_tools.dev.synthetic.document import Degradation, random_identity, render_document
-from kyc_tools.liveness_client import LivenessReply
 from kyc_tools.operator.server import TritonServer, is_ready
 from live_publish import Load, load_inputs, rsync_like_copy, slow_copy, states, wait_refused
 

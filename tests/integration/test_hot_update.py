@@ -13,6 +13,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from PIL import Image
 
+from kyc_client.liveness import LivenessReply, bytes_input
 from kyc_testing import (
     SHIPPED_REPOSITORY,
     Person,
@@ -23,7 +24,6 @@ from kyc_testing import (
 )
 from kyc_tools.assets.fetch import fetch_test_photos
 from kyc_tools.dev.synthetic.document import Degradation, random_identity, render_document
-from kyc_tools.liveness_client import LivenessReply, bytes_input
 from kyc_tools.operator.procs import stub_files
 from live_publish import Load, kyc_publish, republish, states
 

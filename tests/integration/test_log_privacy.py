@@ -13,6 +13,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from PIL import Image
 
+from kyc_client.liveness import bytes_input
 from kyc_testing import (
     Person,
     ensemble_inputs,
@@ -23,7 +24,6 @@ from kyc_testing import (
 )
 from kyc_tools.assets.fetch import fetch_test_photos
 from kyc_tools.dev.synthetic.document import Degradation, random_identity, render_document
-from kyc_tools.liveness_client import bytes_input
 
 pytestmark = pytest.mark.integration
 

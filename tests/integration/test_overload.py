@@ -33,9 +33,9 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from kyc.budgets import BUDGETS_MS
+from kyc_client.sdk import KycClient, RetryPolicy
 from kyc_testing import SHIPPED_REPOSITORY, metric_sum, scrape, shipped_server
 from kyc_tools.assets.fetch import fetch_test_photos
-from kyc_tools.client import KycClient, RetryPolicy
 from kyc_tools.repo.graph import build_graph, step_map
 from kyc_tools.repo.queues import configured_queue_policy, with_queue_policy
 from loadgen import OK, closed_loop_rate, run_open_loop, summarize, triton_starter

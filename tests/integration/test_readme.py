@@ -5,18 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import re
-import secrets
-from unittest import mock
 
 import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from kyc_testing import PROJECT_ROOT, start_server
+from kyc_testing import PROJECT_ROOT, keyed_server
 from kyc_tools.assets import fetch
-from kyc_tools.channel import CLIENT_KEY_ENV
 
 pytestmark = pytest.mark.integration
 
@@ -29,16 +25,9 @@ LIVENESS_SESSION = "Streaming a session (for app developers)"
 
 @pytest.fixture(scope="module")
 def server(served_repository, tmp_path_factory):
-    """A server whose inference needs the client key, as `kyc serve` starts one; the
-    snippets, run as written, find the key as a reader's would (here in KYC_CLIENT_KEY)."""
-    with mock.patch.dict(os.environ, {CLIENT_KEY_ENV: secrets.token_hex(24)}):
-        keyed = start_server(served_repository,
-                             tmp_path_factory.mktemp("keyed") / "tritonserver.log",
-                             open_inference=False)
-        try:
-            yield keyed
-        finally:
-            keyed.stop()
+    """The snippets, run as written, find the server's key as a reader's would."""
+    with keyed_server(served_repository, tmp_path_factory.mktemp("keyed")) as keyed:
+        yield keyed
 
 
 def test_the_snippets_server_refuses_a_call_without_the_key(server):
@@ -120,7 +109,7 @@ def person_setup(client) -> str:
     turns on the canonical face mesh (tests only: frames made by software)."""
     path = fetch.fetch_test_photos()["person_a_2"]
     return ("import time\nimport numpy as np\nfrom PIL import Image\n"
-            "from kyc_tools.client import KycClient as _Faces\n"
+            "from kyc_client.sdk import KycClient as _Faces\n"
             "from kyc_tools.dev.synthetic.liveness import HeadModel, Performer\n"
             f"_PATH = {str(path)!r}\n"
             "with _Faces(URL) as _faces:\n"

@@ -27,9 +27,9 @@ import pytest
 from fake_camera import challenge_film, still_film, write_y4m
 from PIL import Image
 
+from kyc_client.sdk import KycClient
 from kyc_testing import metric_sum, scrape, shipped_server
 from kyc_tools.assets.fetch import fetch_test_photos
-from kyc_tools.client import KycClient
 from kyc_tools.operator.server import free_port
 from kyc_tools.repo.config_edit import set_string_parameter
 
