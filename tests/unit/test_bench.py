@@ -283,6 +283,66 @@ def test_figures_that_are_not_sweeps_go_into_the_report_and_the_table():
     assert "first request after publish: skipped: with --url" in format_table(skipped)
 
 
+@pytest.mark.parametrize(("perf_p50_ms", "agree"), [(200.0, True), (290.0, True),
+                                                    (476.0, False), (130.0, False)])
+def test_the_sdks_first_sight_of_each_input_checks_perf_analyzers_one_client(perf_p50_ms,
+                                                                             agree):
+    """The second instrument: each input once through the SDK (here 0.19-0.21 s), beside
+    perf_analyzer's p50 at one client; beyond 1.5x apart either way, the report says so."""
+    from kyc_tools.dev.bench.measure import first_sight_figures
+
+    levels = [{"concurrency": 1, "latency_ms": {"p50": perf_p50_ms}},
+              {"concurrency": 2, "latency_ms": {"p50": 900.0}}]
+    figs = first_sight_figures([0.19, 0.2, 0.21], levels)
+    assert figs["latency_ms"]["p50"] == 200.0 and figs["each_ms"] == [190.0, 200.0, 210.0]
+    assert figs["perf_analyzer_p50_at_1_over_this"] == round(perf_p50_ms / 200.0, 3)
+    assert figs["agree"] is agree
+    scenarios = {**fake_scenarios(), "kyc_ensemble": {
+        **fake_scenarios()["kyc_ensemble"], "first_sight": figs}}
+    table = format_table(summarize(scenarios, BenchOptions(quick=True),
+                                   datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc),
+                                   machine(), None))
+    line = next(line for line in table.splitlines() if "once through the SDK" in line)
+    assert line.startswith("kyc_ensemble: each of its 3 inputs") and "p50 200.0 ms" in line
+    assert ("(agree)" in line) is agree and ("DISAGREE" in line) is not agree
+
+
+def test_without_a_level_at_one_client_the_first_sight_judges_nothing():
+    from kyc_tools.dev.bench.measure import first_sight_figures
+
+    figs = first_sight_figures([0.2], [{"concurrency": 4, "latency_ms": {"p50": 500.0}}])
+    assert "agree" not in figs and figs["requests"] == 1
+
+
+@pytest.mark.parametrize("quick", [True, False])
+def test_a_quick_run_sends_the_same_customers_and_documents_as_a_full_one(quick, monkeypatch):
+    """A quick run is shorter windows and fewer levels, never other inputs (a quick run
+    once read kyc_ensemble at half of what a full run and a client read)."""
+    import asyncio
+
+    from kyc_tools.dev.bench import document, kyc, scenarios
+
+    asked = {}
+    monkeypatch.setattr(kyc, "kyc_cases", lambda n: asked.setdefault("kyc", n) and [])
+    monkeypatch.setattr(document, "document_cases", lambda n: asked.setdefault("doc", n) and [])
+
+    class FakeBench:
+        options = BenchOptions.for_run(quick=quick)
+
+        def models_of(self, *entries):
+            return entries
+
+        async def sweep(self, *args, **kwargs):
+            return {}
+
+        def in_process(self, *args, **kwargs):
+            return {}
+
+    asyncio.run(scenarios.run_kyc(FakeBench()))
+    asyncio.run(scenarios.run_document(FakeBench()))
+    assert asked == {"kyc": scenarios.KYC_CUSTOMERS, "doc": scenarios.DOCUMENTS}
+
+
 def test_quick_options_are_smaller_and_unknown_groups_are_refused():
     quick, full = BenchOptions.for_run(quick=True), BenchOptions.for_run(quick=False)
     assert quick.window.window_s < full.window.window_s

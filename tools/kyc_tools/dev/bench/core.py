@@ -54,6 +54,7 @@ from kyc_tools.dev.bench.measure import (
     Level,
     Measurement,
     StatsReader,
+    first_sight_figures,
     level_figures,
     measure_batches,
     measure_level,
@@ -165,12 +166,13 @@ class Bench:
             log.warning("%s: perf_analyzer is not installed (make perf-analyzer): the bench's "
                         "own clients load instead", name or scenario.name)
         checked: dict[str, int] = {}
+        first_sight: list[float] = []  # seconds
         folder = Path(tempfile.mkdtemp(prefix="kyc-perf-"))
         data = folder / "input.json"  # written once, read by every level
         stats_client = aioclient.InferenceServerClient(self.grpc_url)
         try:
             if use_perf:  # perf_analyzer times the answers; the SDK client scores them, once
-                checked = await self._check_answers(scenario)
+                checked, first_sight = await self._check_answers(scenario)
                 perf_analyzer.write_input_data(data, scenario.perf_inputs or [])
             for concurrency in scenario.levels:
                 log.info("%s: concurrency %d", name or scenario.name, concurrency)
@@ -203,30 +205,40 @@ class Bench:
         result = {"description": scenario.description, "kind": "served", "unit": scenario.unit,
                   "models": models, "steps": steps, "load_generator": generator, **extra,
                   "levels": levels}
+        if use_perf:  # what a level's latencies are: answers a client timed, these inputs
+            result["inputs_cycled"] = len(scenario.perf_inputs or [])
+            result["windows"] = perf_analyzer.WINDOWS_TEXT.format(
+                self.options.window.min_requests)
         if checked:
             result["answers_checked"] = checked
+        if first_sight:
+            result["first_sight"] = first_sight_figures(first_sight, levels)
         self.scenarios[name or scenario.name] = result
         return result
 
-    async def _check_answers(self, scenario: Served) -> dict[str, int]:
-        """Each of perf_analyzer's inputs sent once through the scenario's own client,
-        its answer scored (perf_analyzer only times answers): summed tallies, and
-        ``requests`` and ``errors``."""
+    async def _check_answers(self, scenario: Served) -> tuple[dict[str, int], list[float]]:
+        """Each of perf_analyzer's inputs sent once through the scenario's own client, one
+        at a time, its answer scored (perf_analyzer only times answers): summed tallies,
+        with ``requests`` and ``errors``; and each answer's latency in seconds, a customer
+        the server sees for the first time, as a client's own request is."""
         client = scenario.make_client(self.grpc_url, 0)
         tallies: dict[str, int] = {"requests": 0, "errors": 0}
+        latencies: list[float] = []
         try:
             for _ in scenario.perf_inputs or []:
                 tallies["requests"] += 1
+                start = time.perf_counter()
                 try:
                     outcome = await client.next()
                 except Exception:  # counted, as in a measured window
                     tallies["errors"] += 1
                     continue
+                latencies.append(time.perf_counter() - start)
                 for key, count in outcome.items():
                     tallies[key] = tallies.get(key, 0) + count
         finally:
             await client.close()
-        return tallies
+        return tallies, latencies
 
     async def _perf_level(self, scenario: Served, concurrency: int, stats: StatsReader,
                           data: Path) -> tuple[Level, dict[str, Any]]:

@@ -218,6 +218,32 @@ def latency_ms(latencies_s: Sequence[float]) -> dict[str, float | None]:
     return figs
 
 
+# How far apart a served scenario's two instruments may read one client's latency before
+# the report says they disagree: perf_analyzer's p50 at one client over the SDK's p50 of
+# the same inputs, each sent once (issue 48: a run once read half of what clients got).
+AGREEMENT = (2 / 3, 1.5)
+
+
+def first_sight_figures(latencies_s: Sequence[float],
+                        levels: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The SDK's check of a served scenario's inputs (each sent once, one at a time, new
+    to the server) as a second instrument beside perf_analyzer: its latencies, and
+    perf_analyzer's p50 at one client over its p50, and whether the two agree (absent
+    when level 1 did not run)."""
+    figs: dict[str, Any] = {
+        "what": "each input sent once through the SDK, one at a time, new to the server",
+        "requests": len(latencies_s), "latency_ms": latency_ms(latencies_s),
+        "each_ms": [round(s * 1e3, 1) for s in latencies_s]}
+    one = next((row for row in levels if row.get("concurrency") == 1), None)
+    theirs = (one or {}).get("latency_ms", {}).get("p50")
+    ours = figs["latency_ms"]["p50"]
+    if theirs and ours:
+        ratio = theirs / ours
+        figs["perf_analyzer_p50_at_1_over_this"] = round(ratio, 3)
+        figs["agree"] = AGREEMENT[0] <= ratio <= AGREEMENT[1]
+    return figs
+
+
 def level_figures(measurement: Measurement) -> dict[str, Any]:
     """The reported figures of one window: ``per_s`` counts answered requests only."""
     done = len(measurement.latencies_s)

@@ -120,6 +120,12 @@ def read_csv(path: Path) -> list[PerfLevel]:
     return levels
 
 
+TRIALS = 3  # windows per level, reported together
+# What a level of a report measured, for its reader: WINDOWS_TEXT.format(requests_per_window).
+WINDOWS_TEXT = (f"{TRIALS} count windows of at least {{}} answers (or one per client), each "
+                "answer timed from its send to its answer by perf_analyzer's gRPC client")
+
+
 def command(model: str, grpc_url: str, concurrency: int, input_data: Path, csv_file: Path,
             requests_per_window: int) -> list[str]:
     """One level: ``concurrency`` clients, windows of ``requests_per_window`` answers
@@ -136,7 +142,7 @@ def command(model: str, grpc_url: str, concurrency: int, input_data: Path, csv_f
             "--input-data", str(input_data), "--concurrency-range", f"{concurrency}:{concurrency}",
             "--measurement-mode", "count_windows",
             "--measurement-request-count", str(max(requests_per_window, concurrency)),
-            "--max-trials", "3", "--stability-percentage", "1000", "-f", str(csv_file)]
+            "--max-trials", str(TRIALS), "--stability-percentage", "1000", "-f", str(csv_file)]
 
 
 def measure(model: str, grpc_url: str, concurrency: int, input_data: Path, csv_file: Path,

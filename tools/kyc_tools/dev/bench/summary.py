@@ -189,6 +189,26 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def _first_sight_lines(scenarios: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """What the second instrument read: each input once through the SDK, beside
+    perf_analyzer's one client (kyc_tools.dev.bench.measure.first_sight_figures)."""
+    lines = []
+    for name, figs in scenarios.items():
+        seen = figs.get("first_sight")
+        if not seen or seen["latency_ms"]["p50"] is None:
+            continue
+        line = (f"{name}: each of its {seen['requests']} inputs once through the SDK, new to "
+                f"the server: p50 {_ms(seen['latency_ms']['p50'])} ms, p99 "
+                f"{_ms(seen['latency_ms']['p99'])} ms")
+        if "agree" in seen:
+            verdict = "agree" if seen["agree"] else (
+                "DISAGREE: one of them does not measure what a client gets")
+            line += (f"; perf_analyzer's p50 at 1 client / this: "
+                     f"{seen['perf_analyzer_p50_at_1_over_this']} ({verdict})")
+        lines.append(line)
+    return lines
+
+
 def format_table(report: Mapping[str, Any]) -> str:
     """A short human-readable table of the report."""
     lines = [f"{'scenario':<36} {'conc':>4} {'per s':>8} {'p50 ms':>8} {'p95 ms':>8} "
@@ -202,6 +222,7 @@ def format_table(report: Mapping[str, Any]) -> str:
             lines.append(f"{name:<36} {row['concurrency']:>4} {row['per_s']:>8.2f} "
                          f"{lat[0]:>8} {lat[1]:>8} {lat[2]:>8} {row['errors']:>6}  "
                          f"({figs['unit']})")
+    lines.extend(_first_sight_lines(report["scenarios"]))
     memory = report.get("server_memory", {})
     if "total_rss_mib" in memory:
         lines.append(f"server memory: {memory.get('resident_mib')} MiB resident "
