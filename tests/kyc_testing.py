@@ -242,6 +242,11 @@ def keyed_server(repository: Path, log_dir: Path) -> Iterator[TritonServer]:
             server.stop()
 
 
+# What the server needs to serve and a client's environment must never be made to hold
+# (the client's distribution: its lock, and a fresh install of it).
+MODEL_RUNTIMES = frozenset({"onnxruntime", "openvino", "onnx", "opencv-python-headless",
+                            "pillow", "pyclipper", "starlette", "uvicorn", "watchdog"})
+
 KYC = [sys.executable, "-m", "kyc_tools.cli"]
 
 

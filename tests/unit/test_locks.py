@@ -10,6 +10,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from kyc_testing import MODEL_RUNTIMES
+
 ROOT = Path(__file__).resolve().parents[2]
 LOCKS = ROOT / "locks"
 PYTHONS = ("3.10", "3.11")
@@ -42,7 +44,7 @@ LOCK_FILES = sorted(LOCKS.glob("*.lock"))
 def test_there_is_a_lock_per_supported_python_and_for_the_no_deps_installs():
     names = {p.name for p in LOCK_FILES}
     for py in PYTHONS:
-        assert {f"dev-py{py}.lock", f"runtime-py{py}.lock"} <= names
+        assert {f"dev-py{py}.lock", f"runtime-py{py}.lock", f"client-py{py}.lock"} <= names
     assert {"triton.lock", "peers.lock", "kserve.lock", "build.lock"} <= names
 
 
@@ -78,3 +80,14 @@ def test_the_runtime_lock_is_the_dev_lock_without_the_tools():
     assert not {"pytest", "ruff", "matplotlib"} & set(runtime)
     differ = {n: (v, dev[n][0]) for n, (v, _) in runtime.items() if n in dev and dev[n][0] != v}
     assert not differ, f"runtime and dev locks disagree: {differ}"
+
+
+
+@pytest.mark.parametrize("py", PYTHONS)
+def test_the_client_lock_holds_no_model_runtime_and_agrees_with_the_server(py):
+    client, runtime = locked(LOCKS / f"client-py{py}.lock"), locked(LOCKS / f"runtime-py{py}.lock")
+    assert {"tritonclient", "grpcio", "cryptography", "numpy"} <= set(client)
+    assert not MODEL_RUNTIMES & set(client)
+    differ = {n: (v, runtime[n][0]) for n, (v, _) in client.items()
+              if n in runtime and runtime[n][0] != v}
+    assert not differ, f"client and runtime locks disagree: {differ}"
