@@ -69,6 +69,14 @@ def _leaning(faces: np.ndarray) -> np.ndarray:
     return np.stack([np.cos(angle), np.sin(angle)], axis=1).astype(np.float32)
 
 
+@pytest.mark.parametrize("extra", [-1, 1])
+def test_an_antifraud_model_answering_another_count_of_scores_fails_the_batch(extra):
+    """No score can then be paired with its customer: the batch fails, none is decided."""
+    step = decision_step(KEY, score=lambda f: np.zeros((len(f) + extra, 1), np.float32))
+    with pytest.raises(ValueError, match="zip"):
+        step.run([request(), request()])
+
+
 def test_the_report_carries_the_fields_clients_read_its_figures_to_four_places():
     step = decision_step(KEY, score=lambda f: np.full((len(f), 1), 0.123456789, np.float32),
                          embedder=_leaning)

@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import fake_triton
 from fake_triton import FakeError, FakeTensor
@@ -26,6 +27,7 @@ from kyc.pipeline.step import (
     StepContext,
     StepError,
     UnavailableError,
+    run_valid,
 )
 from kyc.pipeline.triton import triton_model
 from kyc_testing import (
@@ -144,6 +146,20 @@ def test_the_adapter_gives_the_step_the_control_inputs_and_the_sequence_id(monke
     model.execute([request])
     (seen,) = step.seen[0]
     assert set(seen.inputs) == {"X", "START"} and seen.correlation_id == 42
+
+
+def test_a_second_model_call_runs_over_the_items_left_standing_and_puts_each_result_back():
+    refused = RequestError("no")
+    assert run_valid([1, refused, 3], lambda got: [10 * x for x in got]) == [10, refused, 30]
+    assert run_valid([refused], lambda got: []) == [refused]
+
+
+@pytest.mark.parametrize("extra", [-1, 1])
+def test_a_second_model_call_answering_another_count_fails_the_batch(extra):
+    """No result can be paired with its item: one too few or one too many."""
+    with pytest.raises(StepError, match="answered 3 results for the 2 items"
+                       if extra > 0 else "answered 1 results for the 2 items"):
+        run_valid([1, RequestError("no"), 3], lambda got: list(range(len(got) + extra)))
 
 
 def test_requests_are_grouped_in_order_up_to_the_models_max_batch_size():

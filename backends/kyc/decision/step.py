@@ -290,14 +290,14 @@ class DecisionStep:
         return versions
 
     def _scored(self, rows: list[Prepared]) -> list[Scored]:
-        """ONE antifraud call with the feature vectors of ``rows`` (none without rows).
-        Paired without a strict check: fewer scores than rows fail the batch (in
-        :func:`run_valid`), scores past the rows are not read."""
+        """ONE antifraud call with the feature vectors of ``rows`` (none without rows);
+        a model answering another number of scores fails the batch (``zip``'s
+        ``strict``, and :func:`run_valid`'s count)."""
         if not rows:
             return []
         scores = np.asarray(self.score(np.stack([p.features for p in rows])),
                             np.float32).reshape(-1)
-        return [Scored(p, fraud) for p, fraud in zip(rows, scores.tolist(), strict=False)]
+        return [Scored(p, fraud) for p, fraud in zip(rows, scores.tolist(), strict=True)]
 
     def _prepare(self, arrays: Mapping[str, np.ndarray],
                  embeddings: tuple[np.ndarray, np.ndarray], today: date,

@@ -208,10 +208,16 @@ def run_valid(items: Sequence[T | Exception], run: Callable[[list[T]], Sequence[
               ) -> list[R | Exception]:
     """ONE ``run`` over the items that are not errors (one result per item), each result
     put back in its item's place and each error kept in its own: a step's second model
-    call, over what its first left standing. A ``run`` that gives fewer results than
-    items fails the batch (StopIteration); results past the items are not read."""
-    results = iter(run([item for item in items if not isinstance(item, Exception)]))
-    return [item if isinstance(item, Exception) else next(results) for item in items]
+    call, over what its first left standing. A ``run`` that answers another number of
+    results than it was given items fails the batch (:class:`StepError`): no result can
+    then be paired with its item."""
+    valid = [item for item in items if not isinstance(item, Exception)]
+    results = list(run(valid))
+    if len(results) != len(valid):
+        raise StepError(f"a model call answered {len(results)} results for the "
+                        f"{len(valid)} items it was given")
+    found = iter(results)
+    return [item if isinstance(item, Exception) else next(found) for item in items]
 
 
 def text_tensor(values: Sequence[bytes | str]) -> np.ndarray:
