@@ -28,9 +28,10 @@ from torch import nn
 
 from kyc.face.match import MATCH_KEY as THRESHOLD_KEY
 from kyc.face.match import REVIEW_KEY
+from kyc.pipeline.modelconfig import served_versions, version_dirs
 from kyc_tools.assets.fetch import sha256_file
 from kyc_tools.assets.files import replace_file
-from kyc_tools.repo.check import CONFIG, check_model, check_version, served_versions, version_dirs
+from kyc_tools.repo.check import CONFIG, check_model, check_version
 from kyc_tools.repo.config import parse_config
 from kyc_tools.repo.config_edit import (
     ConfigEditError,

@@ -252,6 +252,8 @@ def test_an_antifraud_model_trained_on_other_features_is_refused_at_start(tmp_pa
 
     shipped = onnx.load(str(SHIPPED_REPOSITORY / "antifraud" / "1" / "model.onnx"))
     (tmp_path / "antifraud" / "1").mkdir(parents=True)
+    config = (SHIPPED_REPOSITORY / "antifraud" / "config.pbtxt").read_text()
+    (tmp_path / "antifraud" / "config.pbtxt").write_text(config)
     check_antifraud_features(Repository(SHIPPED_REPOSITORY), "antifraud")  # the shipped one
     for prop in shipped.metadata_props:
         if prop.key == "kyc.features":
@@ -266,5 +268,6 @@ def test_an_antifraud_model_trained_on_other_features_is_refused_at_start(tmp_pa
     with pytest.raises(FeatureMismatchError, match="features of unknown version, "):
         check_antifraud_features(Repository(tmp_path), "antifraud")
     (tmp_path / "unversioned").mkdir()
+    (tmp_path / "unversioned" / "config.pbtxt").write_text(config)
     with pytest.raises(FeatureMismatchError, match="no version"):
         check_antifraud_features(Repository(tmp_path), "unversioned")

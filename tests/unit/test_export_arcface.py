@@ -18,13 +18,14 @@ import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
+from kyc.pipeline.modelconfig import served_versions, version_dirs
 from kyc_export import arcface, cli, convert, synthetic
 from kyc_export.errors import ParityError
 from kyc_export.iresnet import ARCH_LAYERS, build_iresnet
 from kyc_export.parity import sample_images, session
 from kyc_tools.assets.fetch import sha256_file
 from kyc_tools.cli import main as kyc_main
-from kyc_tools.repo.check import check_repository, check_version, served_versions, version_dirs
+from kyc_tools.repo.check import check_repository, check_version
 from kyc_tools.repo.config import load_config, parse_config
 from kyc_tools.repo.config_edit import format_config
 from kyc_tools.repo.publish import PublishError

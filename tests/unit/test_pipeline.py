@@ -162,6 +162,29 @@ def test_a_second_model_call_answering_another_count_fails_the_batch(extra):
         run_valid([1, RequestError("no"), 3], lambda got: list(range(len(got) + extra)))
 
 
+@pytest.mark.parametrize(("policy", "served"), [
+    ("", "3"), ("version_policy { latest { num_versions: 2 } }", "3"),
+    ("version_policy { specific { versions: [1] } }", "1"),
+    ("version_policy { all { } }", "3")])
+def test_a_models_version_here_is_the_newest_its_version_policy_serves(tmp_path, policy,
+                                                                       served):
+    """The one rule of the in-process runtime, the steps that read another model's files
+    and the model graph: Triton's, not the highest folder."""
+    model = tmp_path / "m"
+    for version in ("1", "3", "10x"):
+        (model / version).mkdir(parents=True)
+    (model / "config.pbtxt").write_text(f'name: "m"\nbackend: "python"\n{policy}\n')
+    assert Repository(tmp_path).latest_version("m").name == served
+
+
+def test_a_model_whose_policy_serves_none_of_its_folders_has_no_version_here(tmp_path):
+    (tmp_path / "m" / "2").mkdir(parents=True)
+    (tmp_path / "m" / "config.pbtxt").write_text(
+        'name: "m"\nbackend: "python"\nversion_policy { specific { versions: [1] } }\n')
+    with pytest.raises(FileNotFoundError, match=r"no version of m .* its version_policy serves"):
+        Repository(tmp_path).latest_version("m")
+
+
 def test_requests_are_grouped_in_order_up_to_the_models_max_batch_size():
     rows = [Request({"X": np.zeros((n, 1))}) for n in (3, 3, 2, 9, 1)]
     assert batches(rows, 8) == [[0, 1, 2], [3], [4]]

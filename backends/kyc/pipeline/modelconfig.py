@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 
@@ -81,6 +81,27 @@ def version_dirs(model_dir: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name))
 
 
+def served_numbers(config, versions: Iterable[int]) -> list[int]:
+    """The version numbers the config's ``version_policy`` serves among ``versions``, in
+    order: Triton's rule (``latest`` 1 when the config names none)."""
+    ordered = sorted(versions)
+    policy = config.version_policy
+    choice = policy.WhichOneof("policy_choice")
+    if choice == "all":
+        return ordered
+    if choice == "specific":
+        wanted = set(policy.specific.versions)
+        return [v for v in ordered if v in wanted]
+    latest = policy.latest.num_versions if choice == "latest" else 1
+    return ordered[-max(latest, 1) :] if ordered else []
+
+
+def served_versions(config, versions: Sequence[Path]) -> list[Path]:
+    """The numeric version folders Triton loads under the config's ``version_policy``."""
+    by_number = {int(v.name): v for v in versions}
+    return [by_number[n] for n in served_numbers(config, by_number)]
+
+
 class Repository:
     """The model folders next to a served model: how one model reads another's config
     (its parameters, batch size, outputs, files) from the one place that owns them."""
@@ -104,8 +125,11 @@ class Repository:
         return tuple(o.name for o in self.config(model).output)
 
     def latest_version(self, model: str) -> Path:
-        """The newest version folder of ``model`` (raises when there is none)."""
-        versions = version_dirs(self.root / model)
-        if not versions:
-            raise FileNotFoundError(f"no version of {model} in {self.root}")
-        return versions[-1]
+        """The newest version folder of ``model`` that its ``version_policy`` serves, as
+        Triton would (raises when there is none): the one rule the in-process runtime,
+        the steps that read another model's files and the model graph follow."""
+        served = served_versions(self.config(model), version_dirs(self.root / model))
+        if not served:
+            raise FileNotFoundError(f"no version of {model} in {self.root} that its "
+                                    "version_policy serves")
+        return served[-1]

@@ -54,6 +54,7 @@ from pathlib import Path
 
 from google.protobuf import text_format
 
+from kyc.pipeline.modelconfig import served_numbers
 from kyc_tools.repo.check import (
     CONFIG,
     CheckedModel,
@@ -62,7 +63,6 @@ from kyc_tools.repo.check import (
     check_model,
     check_version,
     is_version_name,
-    served_numbers,
 )
 from kyc_tools.repo.config import ConfigError, ModelConfig, load_config, parse_config
 from kyc_tools.repo.publish import fsync_path, fsync_tree, precompile_python_models

@@ -17,11 +17,11 @@ version folder must still hold its model file.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kyc.pipeline.modelconfig import version_dirs
+from kyc.pipeline.modelconfig import served_versions, version_dirs
 from kyc_tools.repo.config import ConfigError, ModelConfig, load_config, model_kind, type_name
 
 CONFIG = "config.pbtxt"
@@ -48,26 +48,6 @@ class CheckedModel:
 
 def is_version_name(name: str) -> bool:
     return name.isdigit()
-
-
-def served_numbers(config: ModelConfig, versions: Iterable[int]) -> list[int]:
-    """The version numbers the config's ``version_policy`` serves among ``versions``."""
-    ordered = sorted(versions)
-    policy = config.version_policy
-    choice = policy.WhichOneof("policy_choice")
-    if choice == "all":
-        return ordered
-    if choice == "specific":
-        wanted = set(policy.specific.versions)
-        return [v for v in ordered if v in wanted]
-    latest = policy.latest.num_versions if choice == "latest" else 1
-    return ordered[-max(latest, 1) :] if ordered else []
-
-
-def served_versions(config: ModelConfig, versions: Sequence[Path]) -> list[Path]:
-    """The numeric version folders Triton loads under the config's ``version_policy``."""
-    by_number = {int(v.name): v for v in versions}
-    return [by_number[n] for n in served_numbers(config, by_number)]
 
 
 def _rel(path: Path, root: Path) -> str:

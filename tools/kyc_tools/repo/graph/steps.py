@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from kyc.pipeline.contract import Contract, Use, contract_of
+from kyc.pipeline.modelconfig import served_versions, version_dirs
 from kyc.pipeline.triton import served_step
-from kyc_tools.repo.check import served_versions, version_dirs
 from kyc_tools.repo.config import ModelConfig
 
 # A Python model whose step declares none: each of its *_model parameters is a BLS call.
